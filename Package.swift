@@ -1,0 +1,106 @@
+// swift-tools-version: 6.2
+import PackageDescription
+
+let package = Package(
+    name: "Concierge",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "concierge", targets: ["concierge"]),
+        .executable(name: "concierge-sample-api", targets: ["concierge-sample-api"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
+        .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
+        .package(url: "https://github.com/apple/swift-crypto.git", from: "3.12.3"),
+    ],
+    targets: [
+        /// Pure logic: config schema and validation, endpoint matching, cache keys,
+        /// envelope reading, signing. No sockets.
+        .target(
+            name: "ConciergeCore",
+            dependencies: [
+                .product(name: "Yams", package: "Yams"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+        /// SQLite (GRDB) cache and session stores, and the in-memory hot tier.
+        .target(
+            name: "ConciergeStorage",
+            dependencies: [
+                "ConciergeCore",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        /// Listeners and I/O: the NIO proxy listener, the pipeline, the upstream client,
+        /// the admin API, sd_notify and the service group.
+        .target(
+            name: "ConciergeServer",
+            dependencies: [
+                "ConciergeCore",
+                "ConciergeStorage",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+            ]
+        ),
+        /// The sample business API speaking the JSON envelope (demo, tests, benchmarks).
+        .target(
+            name: "ConciergeSampleAPI",
+            dependencies: [
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .executableTarget(
+            name: "concierge",
+            dependencies: [
+                "ConciergeCore",
+                "ConciergeServer",
+                "ConciergeSampleAPI",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+            ]
+        ),
+        .executableTarget(
+            name: "concierge-sample-api",
+            dependencies: [
+                "ConciergeSampleAPI",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        /// Starts a sample API and a proxy on free loopback ports for integration tests.
+        .target(
+            name: "ConciergeTestSupport",
+            dependencies: [
+                "ConciergeCore",
+                "ConciergeServer",
+                "ConciergeSampleAPI",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+            ]
+        ),
+        .testTarget(name: "ConciergeCoreTests", dependencies: ["ConciergeCore"]),
+        .testTarget(name: "ConciergeStorageTests", dependencies: ["ConciergeStorage"]),
+        .testTarget(
+            name: "ConciergeServerTests",
+            dependencies: ["ConciergeServer", "ConciergeTestSupport", "ConciergeSampleAPI"]
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,230 @@
+import Foundation
+import Yams
+
+/// Walks a composed YAML tree, converting values and collecting every problem with its key
+/// path and line, so one run of `check-config` reports all errors at once.
+final class YAMLReader {
+    private(set) var issues: [ConfigIssue] = []
+    let environment: [String: String]
+
+    init(environment: [String: String]) {
+        self.environment = environment
+    }
+
+    func fail(_ path: String, _ node: Node?, _ message: String) {
+        issues.append(ConfigIssue(path: path, line: node?.mark?.line, message: message))
+    }
+
+    static func join(_ path: String, _ key: String) -> String {
+        path.isEmpty ? key : "\(path).\(key)"
+    }
+
+    static func isNull(_ node: Node) -> Bool {
+        guard case .scalar(let scalar) = node, scalar.style == .plain || scalar.style == .any else { return false }
+        return ["", "~", "null", "Null", "NULL"].contains(scalar.string)
+    }
+
+    /// The entries of a mapping, reporting keys not in `allowed` as unknown.
+    func mapping(_ node: Node, _ path: String, allowed: [String]) -> [String: Node]? {
+        guard case .mapping(let mapping) = node else {
+            fail(path, node, "expected a mapping, found \(Self.kind(node))")
+            return nil
+        }
+        var result: [String: Node] = [:]
+        for (keyNode, value) in mapping {
+            guard let key = keyNode.scalar?.string else {
+                fail(path, keyNode, "keys must be plain strings")
+                continue
+            }
+            let keyPath = Self.join(path, key)
+            if !allowed.contains(key) {
+                let hint = Self.suggestion(for: key, among: allowed).map { " (did you mean '\($0)'?)" } ?? ""
+                fail(keyPath, keyNode, "unknown key '\(key)'\(hint)")
+                continue
+            }
+            if result[key] != nil {
+                fail(keyPath, keyNode, "duplicate key '\(key)'")
+                continue
+            }
+            result[key] = value
+        }
+        return result
+    }
+
+    /// All entries of a free-form string mapping (common headers and params, upstreams).
+    func pairs(_ node: Node, _ path: String) -> [(key: String, value: Node)] {
+        guard case .mapping(let mapping) = node else {
+            fail(path, node, "expected a mapping, found \(Self.kind(node))")
+            return []
+        }
+        var result: [(String, Node)] = []
+        var seen = Set<String>()
+        for (keyNode, value) in mapping {
+            guard let key = keyNode.scalar?.string, !key.isEmpty else {
+                fail(path, keyNode, "keys must be non-empty strings")
+                continue
+            }
+            if !seen.insert(key).inserted {
+                fail(Self.join(path, key), keyNode, "duplicate key '\(key)'")
+                continue
+            }
+            result.append((key, value))
+        }
+        return result
+    }
+
+    func sequence(_ node: Node, _ path: String) -> [Node]? {
+        guard case .sequence(let sequence) = node else {
+            fail(path, node, "expected a list, found \(Self.kind(node))")
+            return nil
+        }
+        return Array(sequence)
+    }
+
+    func string(_ node: Node, _ path: String) -> String? {
+        guard case .scalar(let scalar) = node else {
+            fail(path, node, "expected a string, found \(Self.kind(node))")
+            return nil
+        }
+        do {
+            return try ValueParsers.expandEnvironment(scalar.string, environment: environment)
+        } catch .undefined(let name) {
+            fail(path, node, "environment variable '\(name)' is not set (use ${\(name):-default} for a fallback)")
+        } catch {
+            fail(path, node, "unterminated ${...} in '\(scalar.string)'")
+        }
+        return nil
+    }
+
+    func nonEmptyString(_ node: Node, _ path: String) -> String? {
+        guard let s = string(node, path) else { return nil }
+        if s.isEmpty { fail(path, node, "must not be empty"); return nil }
+        return s
+    }
+
+    func int(_ node: Node, _ path: String, range: ClosedRange<Int>? = nil) -> Int? {
+        guard let text = scalarText(node, path, expected: "an integer") else { return nil }
+        guard let value = Int(text) else {
+            fail(path, node, "expected an integer, found '\(text)'")
+            return nil
+        }
+        if let range, !range.contains(value) {
+            fail(path, node, "must be between \(range.lowerBound) and \(range.upperBound), found \(value)")
+            return nil
+        }
+        return value
+    }
+
+    func bool(_ node: Node, _ path: String) -> Bool? {
+        guard let text = scalarText(node, path, expected: "true or false") else { return nil }
+        switch text.lowercased() {
+        case "true", "yes", "on": return true
+        case "false", "no", "off": return false
+        default:
+            fail(path, node, "expected true or false, found '\(text)'")
+            return nil
+        }
+    }
+
+    func duration(_ node: Node, _ path: String) -> Duration? {
+        guard let text = scalarText(node, path, expected: "a duration") else { return nil }
+        guard let value = ValueParsers.duration(text) else {
+            fail(path, node, "invalid duration '\(text)' (use 30s, 5m, 1h or seconds)")
+            return nil
+        }
+        return value
+    }
+
+    func size(_ node: Node, _ path: String) -> Int? {
+        guard let text = scalarText(node, path, expected: "a size") else { return nil }
+        guard let value = ValueParsers.size(text) else {
+            fail(path, node, "invalid size '\(text)' (use 512KB, 64MB, 1GB or bytes)")
+            return nil
+        }
+        return value
+    }
+
+    func stringList(_ node: Node, _ path: String) -> [String]? {
+        guard let items = sequence(node, path) else { return nil }
+        var out: [String] = []
+        for (i, item) in items.enumerated() {
+            if let s = string(item, "\(path)[\(i)]") { out.append(s) }
+        }
+        return out
+    }
+
+    func intList(_ node: Node, _ path: String) -> [Int]? {
+        guard let items = sequence(node, path) else { return nil }
+        var out: [Int] = []
+        for (i, item) in items.enumerated() {
+            if let v = int(item, "\(path)[\(i)]") { out.append(v) }
+        }
+        return out
+    }
+
+    /// Converts a YAML subtree to JSON (for canned bodies and the refresh body).
+    func json(_ node: Node, _ path: String) -> JSONValue? {
+        switch node {
+        case .scalar(let scalar):
+            if scalar.style == .plain || scalar.style == .any {
+                if Self.isNull(node) { return .null }
+                if let b = node.bool, ["true", "false"].contains(scalar.string.lowercased()) { return .bool(b) }
+                if let i = Int64(scalar.string) { return .int(i) }
+                if let d = Double(scalar.string), scalar.string.contains(".") { return .double(d) }
+            }
+            return string(node, path).map(JSONValue.string)
+        case .sequence(let sequence):
+            return .array(sequence.enumerated().compactMap { json($1, "\(path)[\($0)]") })
+        case .mapping(let mapping):
+            var out: [String: JSONValue] = [:]
+            for (k, v) in mapping {
+                guard let key = k.scalar?.string else { continue }
+                out[key] = json(v, Self.join(path, key))
+            }
+            return .object(out)
+        case .alias:
+            fail(path, node, "YAML aliases are not supported here")
+            return nil
+        }
+    }
+
+    private func scalarText(_ node: Node, _ path: String, expected: String) -> String? {
+        guard case .scalar = node else {
+            fail(path, node, "expected \(expected), found \(Self.kind(node))")
+            return nil
+        }
+        return string(node, path)
+    }
+
+    static func kind(_ node: Node) -> String {
+        switch node {
+        case .scalar(let s): return "'\(s.string)'"
+        case .mapping: return "a mapping"
+        case .sequence: return "a list"
+        case .alias: return "an alias"
+        }
+    }
+
+    static func suggestion(for key: String, among allowed: [String]) -> String? {
+        let normalized = key.lowercased().replacingOccurrences(of: "-", with: "_")
+        if let exact = allowed.first(where: { $0 == normalized }) { return exact }
+        let best = allowed.map { ($0, editDistance($0, normalized)) }.min { $0.1 < $1.1 }
+        guard let best, best.1 <= max(2, key.count / 3) else { return nil }
+        return best.0
+    }
+
+    static func editDistance(_ a: String, _ b: String) -> Int {
+        let a = Array(a), b = Array(b)
+        if a.isEmpty { return b.count }
+        if b.isEmpty { return a.count }
+        var previous = Array(0...b.count)
+        for i in 1...a.count {
+            var current = [i] + Array(repeating: 0, count: b.count)
+            for j in 1...b.count {
+                current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
+            }
+            previous = current
+        }
+        return previous[b.count]
+    }
+}

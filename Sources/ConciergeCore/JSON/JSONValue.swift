@@ -1,0 +1,187 @@
+import Foundation
+
+/// A JSON document as a value: what the envelope reader, templates, validation and
+/// unwrap work on.
+public enum JSONValue: Sendable, Hashable {
+    case null
+    case bool(Bool)
+    case int(Int64)
+    case double(Double)
+    case string(String)
+    case array([JSONValue])
+    case object([String: JSONValue])
+
+    /// Parses UTF-8 JSON bytes; `nil` when they are not JSON.
+    public static func parse<Bytes: Collection>(_ bytes: Bytes) -> JSONValue? where Bytes.Element == UInt8 {
+        guard !bytes.isEmpty else { return nil }
+        return try? JSONDecoder().decode(JSONValue.self, from: Data(bytes))
+    }
+
+    public static func parse(_ text: String) -> JSONValue? { parse(Array(text.utf8)) }
+
+    /// Compact JSON text with sorted object keys.
+    public var serialized: String {
+        String(decoding: serializedBytes, as: UTF8.self)
+    }
+
+    public var serializedBytes: [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(64)
+        write(into: &out)
+        return out
+    }
+
+    func write(into out: inout [UInt8]) {
+        switch self {
+        case .null: out.append(contentsOf: "null".utf8)
+        case .bool(let b): out.append(contentsOf: (b ? "true" : "false").utf8)
+        case .int(let i): out.append(contentsOf: String(i).utf8)
+        case .double(let d):
+            if d.isFinite, d == d.rounded(), abs(d) < 1e15 {
+                out.append(contentsOf: String(Int64(d)).utf8)
+            } else if d.isFinite {
+                out.append(contentsOf: "\(d)".utf8)
+            } else {
+                out.append(contentsOf: "null".utf8)
+            }
+        case .string(let s): JSONValue.writeString(s, into: &out)
+        case .array(let items):
+            out.append(UInt8(ascii: "["))
+            for (i, item) in items.enumerated() {
+                if i > 0 { out.append(UInt8(ascii: ",")) }
+                item.write(into: &out)
+            }
+            out.append(UInt8(ascii: "]"))
+        case .object(let members):
+            out.append(UInt8(ascii: "{"))
+            for (i, key) in members.keys.sorted().enumerated() {
+                if i > 0 { out.append(UInt8(ascii: ",")) }
+                JSONValue.writeString(key, into: &out)
+                out.append(UInt8(ascii: ":"))
+                members[key]!.write(into: &out)
+            }
+            out.append(UInt8(ascii: "}"))
+        }
+    }
+
+    static func writeString(_ s: String, into out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
+        for byte in s.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""): out.append(contentsOf: "\\\"".utf8)
+            case UInt8(ascii: "\\"): out.append(contentsOf: "\\\\".utf8)
+            case 0x0A: out.append(contentsOf: "\\n".utf8)
+            case 0x0D: out.append(contentsOf: "\\r".utf8)
+            case 0x09: out.append(contentsOf: "\\t".utf8)
+            case 0..<0x20:
+                let hex = String(byte, radix: 16)
+                out.append(contentsOf: "\\u00".utf8)
+                if hex.count < 2 { out.append(UInt8(ascii: "0")) }
+                out.append(contentsOf: hex.utf8)
+            default: out.append(byte)
+            }
+        }
+        out.append(UInt8(ascii: "\""))
+    }
+
+    /// The value at a dotted path (`data.result.id`); array elements by index (`data.list.0`).
+    public subscript(path path: String) -> JSONValue? {
+        if path.isEmpty { return self }
+        var current = self
+        for component in path.split(separator: ".", omittingEmptySubsequences: false) {
+            switch current {
+            case .object(let members):
+                guard let next = members[String(component)] else { return nil }
+                current = next
+            case .array(let items):
+                guard let index = Int(component), items.indices.contains(index) else { return nil }
+                current = items[index]
+            default:
+                return nil
+            }
+        }
+        return current
+    }
+
+    /// The integer a business code field holds, whether sent as a number or a numeric string.
+    public var intValue: Int? {
+        switch self {
+        case .int(let i): return Int(exactly: i)
+        case .double(let d): return d == d.rounded() ? Int(exactly: d) : nil
+        case .string(let s): return Int(s)
+        default: return nil
+        }
+    }
+
+    public var stringValue: String? {
+        if case .string(let s) = self { return s }
+        return nil
+    }
+
+    /// Text used for a parameter value: strings as they are, everything else as JSON.
+    public var parameterText: String {
+        switch self {
+        case .string(let s): return s
+        default: return serialized
+        }
+    }
+
+    /// A short type name used in validation messages.
+    public var typeName: String {
+        switch self {
+        case .null: return "null"
+        case .bool: return "bool"
+        case .int, .double: return "number"
+        case .string: return "string"
+        case .array: return "array"
+        case .object: return "object"
+        }
+    }
+}
+
+extension JSONValue: Codable {
+    public init(from decoder: Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        if container.decodeNil() {
+            self = .null
+        } else if let b = try? container.decode(Bool.self) {
+            self = .bool(b)
+        } else if let i = try? container.decode(Int64.self) {
+            self = .int(i)
+        } else if let d = try? container.decode(Double.self) {
+            self = .double(d)
+        } else if let s = try? container.decode(String.self) {
+            self = .string(s)
+        } else if let a = try? container.decode([JSONValue].self) {
+            self = .array(a)
+        } else {
+            self = .object(try container.decode([String: JSONValue].self))
+        }
+    }
+
+    public func encode(to encoder: Encoder) throws {
+        var container = encoder.singleValueContainer()
+        switch self {
+        case .null: try container.encodeNil()
+        case .bool(let b): try container.encode(b)
+        case .int(let i): try container.encode(i)
+        case .double(let d): try container.encode(d)
+        case .string(let s): try container.encode(s)
+        case .array(let a): try container.encode(a)
+        case .object(let o): try container.encode(o)
+        }
+    }
+}
+
+extension JSONValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, ExpressibleByBooleanLiteral,
+    ExpressibleByDictionaryLiteral, ExpressibleByArrayLiteral, ExpressibleByNilLiteral
+{
+    public init(stringLiteral value: String) { self = .string(value) }
+    public init(integerLiteral value: Int64) { self = .int(value) }
+    public init(booleanLiteral value: Bool) { self = .bool(value) }
+    public init(dictionaryLiteral elements: (String, JSONValue)...) {
+        self = .object(Dictionary(elements, uniquingKeysWith: { $1 }))
+    }
+    public init(arrayLiteral elements: JSONValue...) { self = .array(elements) }
+    public init(nilLiteral: ()) { self = .null }
+}

@@ -1,0 +1,48 @@
+import Foundation
+
+/// The logged-in session: tokens and user id, persisted by the session store.
+///
+/// - Important: never log or print a token; use ``TokenMask`` for display.
+public struct SessionTokens: Sendable, Equatable, Codable {
+    public var accessToken: String
+    public var refreshToken: String?
+    public var userID: String?
+    public var setAt: Date
+
+    public init(accessToken: String, refreshToken: String?, userID: String?, setAt: Date = Date()) {
+        self.accessToken = accessToken
+        self.refreshToken = refreshToken
+        self.userID = userID
+        self.setAt = setAt
+    }
+}
+
+/// Masks secrets for logs, admin replies and errors.
+public enum TokenMask {
+    /// `abcd…(32)`: a short prefix and the length, never enough to replay the token.
+    public static func mask(_ token: String) -> String {
+        guard token.count > 8 else { return "***" }
+        return "\(token.prefix(4))…(\(token.count))"
+    }
+
+    /// Replaces the values of `names` in a `path?query` text with `***`.
+    public static func maskQuery(_ target: String, names: Set<String>) -> String {
+        guard !names.isEmpty, let q = target.firstIndex(of: "?") else { return target }
+        let path = target[..<q]
+        let pieces = target[target.index(after: q)...].split(separator: "&", omittingEmptySubsequences: false).map { piece -> String in
+            guard let eq = piece.firstIndex(of: "=") else { return String(piece) }
+            let name = QueryString.decode(piece[..<eq])
+            return names.contains(name) ? "\(piece[..<eq])=***" : String(piece)
+        }
+        return "\(path)?\(pieces.joined(separator: "&"))"
+    }
+
+    /// Replaces every occurrence of the given secrets in a text.
+    public static func scrub(_ text: String, secrets: [String]) -> String {
+        var out = text
+        for secret in secrets where secret.count >= 4 {
+            out = out.replacingOccurrences(of: secret, with: mask(secret))
+        }
+        return out
+    }
+}

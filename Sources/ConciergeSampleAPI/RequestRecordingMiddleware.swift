@@ -1,0 +1,40 @@
+import Hummingbird
+
+/// Records every request in `SampleAPIState` before it is answered.
+///
+/// Buffers the body (so handlers and the record see the same bytes) except on paths whose body
+/// must stay streamed, which are recorded with an empty body.
+struct RequestRecordingMiddleware<Context: RequestContext>: RouterMiddleware {
+    let state: SampleAPIState
+    let streamedPathPrefixes: [String]
+    let maxBufferedBodySize: Int
+
+    func handle(
+        _ request: Request,
+        context: Context,
+        next: (Request, Context) async throws -> Response
+    ) async throws -> Response {
+        var request = request
+        let path = request.uri.path
+        var bodyText = ""
+        if !streamedPathPrefixes.contains(where: { path.hasPrefix($0) }) {
+            let body = try await request.collectBody(upTo: maxBufferedBodySize)
+            bodyText = String(decoding: body.readableBytesView, as: UTF8.self)
+        }
+        var headers: [String: String] = [:]
+        for field in request.headers {
+            let name = field.name.canonicalName
+            headers[name] = headers[name].map { "\($0), \(field.value)" } ?? field.value
+        }
+        state.record(
+            SampleRequestRecord(
+                method: request.method.rawValue,
+                path: path,
+                query: request.uri.query.map { PercentCoding.decodeForm($0) } ?? [],
+                headers: headers,
+                body: bodyText
+            )
+        )
+        return try await next(request, context)
+    }
+}

@@ -1,0 +1,80 @@
+import Hummingbird
+
+/// Business data routes and the failure modes a caching proxy must cope with.
+extension SampleAPIRoutes {
+    /// Size of the fake item catalogue.
+    static let itemCount = 1000
+
+    func items(_ request: Request) async throws -> Response {
+        let params = try await parameters(of: request)
+        let limit = min(max(params.value("limit").flatMap { Int($0) } ?? 10, 0), Self.itemCount)
+        let offset = min(max(params.value("offset").flatMap { Int($0) } ?? 0, 0), Self.itemCount)
+        let end = min(offset + limit, Self.itemCount)
+        let list: [JSONValue] = offset < end ? ((offset + 1)...end).map(Self.itemJSON) : []
+        return SampleReply.success([
+            "list": .array(list),
+            "total": .int(Self.itemCount),
+            "served": .int(state.calls(request.uri.path)),
+        ])
+    }
+
+    func item(id: String?) -> Response {
+        guard let id = id.flatMap({ Int($0) }) else {
+            return SampleReply.envelope(code: 404, msg: "no such item")
+        }
+        return SampleReply.success(["result": Self.itemJSON(id)])
+    }
+
+    func slow(_ request: Request) async throws -> Response {
+        let milliseconds = min(max(Self.queryInt("ms", of: request) ?? 1000, 0), 600_000)
+        try await Task.sleep(for: .milliseconds(milliseconds))
+        return SampleReply.success(["slept": .int(milliseconds)])
+    }
+
+    func fail(_ request: Request) -> Response {
+        let code = Self.queryInt("status", of: request).flatMap { (200...599).contains($0) ? $0 : nil } ?? 500
+        return SampleReply.json(["code": -1, "msg": "upstream failure"], status: HTTPResponse.Status(code: code))
+    }
+
+    func noStore(_ request: Request) -> Response {
+        SampleReply.success(["served": .int(state.calls(request.uri.path))], headers: [.cacheControl: "no-store"])
+    }
+
+    func warning(_ request: Request) -> Response {
+        let code = Self.queryInt("code", of: request) ?? 1000
+        return SampleReply.envelope(code: code, msg: "warning \(code)")
+    }
+
+    /// Mirrors the request back: method, path, query, lower-cased headers and raw body.
+    func echo(_ request: Request) async throws -> Response {
+        var request = request
+        let body = try await request.collectBody(upTo: Self.maxBufferedBodySize)
+        let params = RequestParameters(request: request, body: body)
+        var headers: [String: JSONValue] = [:]
+        for field in request.headers {
+            let name = field.name.canonicalName
+            if case .string(let existing) = headers[name] {
+                headers[name] = .string("\(existing), \(field.value)")
+            } else {
+                headers[name] = .string(field.value)
+            }
+        }
+        let query = Dictionary(params.query.map { ($0.name, JSONValue.string($0.value)) }) { _, last in last }
+        return SampleReply.success([
+            "method": .string(request.method.rawValue),
+            "path": .string(request.uri.path),
+            "query": .object(query),
+            "headers": .object(headers),
+            "body": .string(String(decoding: body.readableBytesView, as: UTF8.self)),
+        ])
+    }
+
+    static func itemJSON(_ id: Int) -> JSONValue {
+        ["id": .int(id), "name": .string("item \(id)")]
+    }
+
+    static func queryInt(_ name: String, of request: Request) -> Int? {
+        let query = request.uri.query.map { PercentCoding.decodeForm($0) } ?? []
+        return query.first { $0.name == name }.flatMap { Int($0.value) }
+    }
+}

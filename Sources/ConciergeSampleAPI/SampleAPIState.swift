@@ -1,0 +1,108 @@
+import Synchronization
+
+/// Everything the sample API remembers: call counters, the last request per path and the
+/// tokens it issued. Shared between the request handlers and the tests that inspect them.
+public final class SampleAPIState: Sendable {
+    private struct Storage {
+        var callsByPath: [String: Int] = [:]
+        var totalCalls = 0
+        var refreshCalls = 0
+        var loginCalls = 0
+        var lastRequestByPath: [String: SampleRequestRecord] = [:]
+        var tokens = TokenRegistry()
+    }
+
+    private let storage = Mutex(Storage())
+    private let clock = ContinuousClock()
+
+    public init() {}
+
+    // MARK: Inspection
+
+    /// Number of requests whose path equals `path` (any method).
+    public func calls(_ path: String) -> Int {
+        storage.withLock { $0.callsByPath[path, default: 0] }
+    }
+
+    /// Number of requests of any path.
+    public var totalCalls: Int {
+        storage.withLock { $0.totalCalls }
+    }
+
+    /// Number of `POST /api/token/refresh` requests, valid or not.
+    public var refreshCalls: Int {
+        storage.withLock { $0.refreshCalls }
+    }
+
+    /// Number of `POST /api/login` requests, successful or not.
+    public var loginCalls: Int {
+        storage.withLock { $0.loginCalls }
+    }
+
+    /// Request counts keyed by path.
+    public var callsByPath: [String: Int] {
+        storage.withLock { $0.callsByPath }
+    }
+
+    /// The most recent request seen on `path`.
+    public func lastRequest(_ path: String) -> SampleRequestRecord? {
+        storage.withLock { $0.lastRequestByPath[path] }
+    }
+
+    // MARK: Control
+
+    /// Every access token issued so far answers code 801 from now on.
+    public func expireAllAccessTokens() {
+        storage.withLock { $0.tokens.expireAllAccessTokens() }
+    }
+
+    /// Every token issued so far is revoked: access tokens answer 802, refresh tokens fail.
+    public func revokeAllSessions() {
+        storage.withLock { $0.tokens.revokeAll() }
+    }
+
+    /// Clears counters and last requests; issued tokens stay valid.
+    public func reset() {
+        storage.withLock { storage in
+            storage.callsByPath = [:]
+            storage.totalCalls = 0
+            storage.refreshCalls = 0
+            storage.loginCalls = 0
+            storage.lastRequestByPath = [:]
+        }
+    }
+
+    // MARK: Used by the handlers
+
+    /// Counts `request` and remembers it as the last one on its path.
+    func record(_ request: SampleRequestRecord) {
+        storage.withLock { storage in
+            storage.totalCalls += 1
+            storage.callsByPath[request.path, default: 0] += 1
+            storage.lastRequestByPath[request.path] = request
+        }
+    }
+
+    func countRefresh() {
+        storage.withLock { $0.refreshCalls += 1 }
+    }
+
+    func countLogin() {
+        storage.withLock { $0.loginCalls += 1 }
+    }
+
+    func issueTokens(for userID: String) -> TokenRegistry.TokenPair {
+        let now = clock.now
+        return storage.withLock { $0.tokens.issue(for: userID, at: now) }
+    }
+
+    func rotateTokens(refreshToken: String) -> TokenRegistry.TokenPair? {
+        let now = clock.now
+        return storage.withLock { $0.tokens.rotate(refreshToken: refreshToken, at: now) }
+    }
+
+    func status(ofAccessToken token: String, ttl: Duration) -> TokenRegistry.AccessTokenStatus {
+        let now = clock.now
+        return storage.withLock { $0.tokens.status(ofAccessToken: token, at: now, ttl: ttl) }
+    }
+}

@@ -1,0 +1,75 @@
+/// Access and refresh tokens handed out by the sample API, with their lifecycle
+/// (time-to-live, forced expiry, revocation, refresh-token rotation).
+///
+/// A plain value type; `SampleAPIState` guards it with a mutex.
+struct TokenRegistry {
+    /// Tokens returned by a login or a refresh.
+    struct TokenPair: Sendable {
+        let accessToken: String
+        let refreshToken: String
+        let userID: String
+    }
+
+    /// Verdict on an access token presented by a client.
+    enum AccessTokenStatus: Sendable, Equatable {
+        case valid(userID: String)
+        case unknown
+        case expired
+        case revoked
+    }
+
+    private struct IssuedToken {
+        let userID: String
+        let issuedAt: ContinuousClock.Instant
+        var forcedExpired = false
+        var revoked = false
+    }
+
+    private var accessTokens: [String: IssuedToken] = [:]
+    private var refreshTokens: [String: IssuedToken] = [:]
+
+    /// Issues a fresh access/refresh pair for `userID`.
+    mutating func issue(for userID: String, at now: ContinuousClock.Instant) -> TokenPair {
+        let pair = TokenPair(
+            accessToken: "at-" + Self.randomHex(byteCount: 16),
+            refreshToken: "rt-" + Self.randomHex(byteCount: 16),
+            userID: userID
+        )
+        accessTokens[pair.accessToken] = IssuedToken(userID: userID, issuedAt: now)
+        refreshTokens[pair.refreshToken] = IssuedToken(userID: userID, issuedAt: now)
+        return pair
+    }
+
+    /// Exchanges a valid refresh token for a new pair; the old refresh token stops working.
+    /// Returns `nil` for an unknown, already rotated or revoked refresh token.
+    mutating func rotate(refreshToken: String, at now: ContinuousClock.Instant) -> TokenPair? {
+        guard let old = refreshTokens[refreshToken], !old.revoked else { return nil }
+        refreshTokens[refreshToken] = nil
+        return issue(for: old.userID, at: now)
+    }
+
+    /// Checks an access token against revocation, forced expiry and the time-to-live.
+    func status(ofAccessToken token: String, at now: ContinuousClock.Instant, ttl: Duration) -> AccessTokenStatus {
+        guard let issued = accessTokens[token] else { return .unknown }
+        if issued.revoked { return .revoked }
+        if issued.forcedExpired || now - issued.issuedAt >= ttl { return .expired }
+        return .valid(userID: issued.userID)
+    }
+
+    /// Every access token issued so far answers "expired" from now on.
+    mutating func expireAllAccessTokens() {
+        for token in accessTokens.keys { accessTokens[token]?.forcedExpired = true }
+    }
+
+    /// Every token issued so far (access and refresh) is revoked.
+    mutating func revokeAll() {
+        for token in accessTokens.keys { accessTokens[token]?.revoked = true }
+        for token in refreshTokens.keys { refreshTokens[token]?.revoked = true }
+    }
+
+    private static func randomHex(byteCount: Int) -> String {
+        var generator = SystemRandomNumberGenerator()
+        let bytes = (0..<byteCount).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
+        return HexEncoding.lowercase(bytes)
+    }
+}

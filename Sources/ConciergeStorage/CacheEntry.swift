@@ -1,0 +1,75 @@
+import Foundation
+import NIOCore
+
+/// One stored reply: what a cache hit answers with, and the windows it may be served in.
+public struct CacheEntry: Sendable {
+    public var key: String
+    public var endpoint: String
+    public var userID: String?
+    public var status: Int
+    /// Reply headers kept with the body (content type and the like; no hop-by-hop fields).
+    public var headers: [(name: String, value: String)]
+    public var body: ByteBuffer
+    /// Unix seconds when the upstream reply was stored.
+    public var storedAt: Double
+    public var ttl: Double
+    public var staleWhileRevalidate: Double
+    public var staleIfError: Double
+    public var version: Int
+
+    public init(key: String, endpoint: String, userID: String?, status: Int, headers: [(name: String, value: String)],
+                body: ByteBuffer, storedAt: Double, ttl: Double, staleWhileRevalidate: Double, staleIfError: Double, version: Int) {
+        self.key = key
+        self.endpoint = endpoint
+        self.userID = userID
+        self.status = status
+        self.headers = headers
+        self.body = body
+        self.storedAt = storedAt
+        self.ttl = ttl
+        self.staleWhileRevalidate = staleWhileRevalidate
+        self.staleIfError = staleIfError
+        self.version = version
+    }
+
+    /// Approximate bytes this entry takes (body, key, headers).
+    public var size: Int {
+        body.readableBytes + key.utf8.count + headers.reduce(0) { $0 + $1.name.utf8.count + $1.value.utf8.count + 4 } + 64
+    }
+
+    public var freshUntil: Double { storedAt + ttl }
+    /// After this instant the entry is of no use at all and may be deleted.
+    public var usableUntil: Double { storedAt + ttl + max(staleWhileRevalidate, staleIfError) }
+
+    public func isFresh(at now: Double) -> Bool { now < freshUntil }
+    public func age(at now: Double) -> Int { max(0, Int(now - storedAt)) }
+    /// Seconds of freshness left (may be negative).
+    public func remainingTTL(at now: Double) -> Int { Int((freshUntil - now).rounded(.down)) }
+}
+
+/// Which entries an invalidation removes.
+public enum InvalidationCriteria: Sendable {
+    /// Unanchored regular-expression search over the key text.
+    case pattern(String)
+    /// Entries of these endpoints; with a user, only shared entries and that user's.
+    case endpoints([String], user: String?, sharedToo: Bool)
+    /// Every entry of one user (logout).
+    case user(String)
+    /// Everything.
+    case all
+
+    func matches(_ entry: CacheEntry, regex: NSRegularExpression?) -> Bool {
+        switch self {
+        case .all: return true
+        case .user(let user): return entry.userID == user
+        case .endpoints(let names, let user, let sharedToo):
+            guard names.contains(entry.endpoint) else { return false }
+            guard let user else { return true }
+            return entry.userID == user || (sharedToo && entry.userID == nil)
+        case .pattern:
+            guard let regex else { return false }
+            let key = entry.key
+            return regex.firstMatch(in: key, range: NSRange(key.startIndex..., in: key)) != nil
+        }
+    }
+}

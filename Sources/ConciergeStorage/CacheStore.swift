@@ -1,0 +1,386 @@
+import ConciergeCore
+import Foundation
+import GRDB
+import Logging
+import NIOCore
+import Synchronization
+
+/// The two-tier cache: a ``HotTier`` in memory in front of SQLite.
+///
+/// Reads: the hot tier first (no I/O); on a miss, one cached prepared statement on a WAL
+/// reader, and the entry is promoted. Writes never happen on the request path: ``store(_:)``
+/// fills the hot tier and queues the row for the single writer loop (``run()``), which
+/// commits queued work in one transaction, keeps the total under `maxBytes` (least recently
+/// used out) and applies invalidations in the order they were asked for.
+public final class CacheStore: Sendable {
+    /// Listing row for the admin API; never holds a body.
+    public struct EntrySummary: Sendable {
+        public var key: String
+        public var endpoint: String
+        public var userID: String?
+        public var size: Int
+        public var age: Int
+        public var ttl: Int
+    }
+
+    enum Operation: Sendable {
+        case put(CacheEntry)
+        case invalidate(InvalidationCriteria, RegexBox?, CheckedContinuation<Int, any Error>)
+        case sweep([String: Int], CheckedContinuation<Int, Never>)
+        case barrier(CheckedContinuation<Void, Never>)
+    }
+
+    struct Totals {
+        var entries = 0
+        var bytes = 0
+    }
+
+    public let database: StorageDatabase
+    public let hot: HotTier
+    public let maxBytes: Int
+    let logger: Logger
+    private let pending = Mutex<[Operation]>([])
+    private let touched = Mutex<[String: Double]>([:])
+    private let totals = Mutex(Totals())
+    private let wakeup: AsyncStream<Void>
+    private let wake: AsyncStream<Void>.Continuation
+
+    public init(database: StorageDatabase, maxBytes: Int, memoryBytes: Int, logger: Logger) throws {
+        self.database = database
+        self.maxBytes = maxBytes
+        self.hot = HotTier(capacityBytes: memoryBytes)
+        self.logger = logger
+        (wakeup, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        let initial = try database.pool.read { db -> Totals in
+            let row = try Row.fetchOne(db, sql: "SELECT COUNT(*) AS n, COALESCE(SUM(size), 0) AS b FROM cache_entry")!
+            return Totals(entries: row["n"], bytes: row["b"])
+        }
+        totals.withLock { $0 = initial }
+    }
+
+    // MARK: Reads
+
+    /// The hot-tier entry, without I/O. Callable on an event loop.
+    public func hotLookup(_ key: String) -> CacheEntry? {
+        guard let entry = hot.get(key) else { return nil }
+        touched.withLock { $0[entry.key] = Date().timeIntervalSince1970 }
+        return entry
+    }
+
+    /// Hot tier, then SQLite (promoting what it finds).
+    public func lookup(_ key: String) async -> CacheEntry? {
+        if let entry = hotLookup(key) { return entry }
+        do {
+            let entry = try await database.pool.read { db -> CacheEntry? in
+                let statement = try db.cachedStatement(sql: """
+                    SELECT key, endpoint, user_id, status, stored_at, ttl, swr, sie, version, headers, body
+                    FROM cache_entry WHERE key = ?
+                    """)
+                guard let row = try Row.fetchOne(statement, arguments: [key]) else { return nil }
+                return Self.entry(from: row)
+            }
+            guard let entry else { return nil }
+            if Date().timeIntervalSince1970 >= entry.usableUntil { return nil }
+            hot.put(entry)
+            touched.withLock { $0[entry.key] = Date().timeIntervalSince1970 }
+            return entry
+        } catch {
+            logger.error("cache read failed", metadata: ["error": "\(error)"])
+            return nil
+        }
+    }
+
+    static func entry(from row: Row) -> CacheEntry {
+        let headerText: String = row["headers"]
+        let pairs = (try? JSONDecoder().decode([[String]].self, from: Data(headerText.utf8))) ?? []
+        let body: Data = row["body"] ?? Data()
+        return CacheEntry(key: row["key"], endpoint: row["endpoint"], userID: row["user_id"], status: row["status"],
+                          headers: pairs.compactMap { $0.count == 2 ? ($0[0], $0[1]) : nil },
+                          body: ByteBuffer(bytes: body), storedAt: row["stored_at"], ttl: row["ttl"],
+                          staleWhileRevalidate: row["swr"], staleIfError: row["sie"], version: row["version"])
+    }
+
+    public var entryCount: Int { totals.withLock { $0.entries } }
+    public var byteCount: Int { totals.withLock { $0.bytes } }
+
+    /// A page of entries ordered by key, after `cursor` (exclusive).
+    public func entries(pattern: RegexBox?, limit: Int, cursor: String?) async throws -> (entries: [EntrySummary], next: String?) {
+        await flush()
+        let now = Date().timeIntervalSince1970
+        return try await database.pool.read { db in
+            var result: [EntrySummary] = []
+            let statement = try db.cachedStatement(sql: """
+                SELECT key, endpoint, user_id, size, stored_at, ttl FROM cache_entry WHERE key > ? ORDER BY key LIMIT ?
+                """)
+            var after = cursor ?? ""
+            while result.count <= limit {
+                let rows = try Row.fetchAll(statement, arguments: [after, 1000])
+                if rows.isEmpty { break }
+                for row in rows {
+                    let key: String = row["key"]
+                    after = key
+                    if let pattern, !pattern.firstMatch(in: key) { continue }
+                    let storedAt: Double = row["stored_at"], ttl: Double = row["ttl"]
+                    result.append(EntrySummary(key: key, endpoint: row["endpoint"], userID: row["user_id"], size: row["size"],
+                                               age: max(0, Int(now - storedAt)), ttl: Int((storedAt + ttl - now).rounded(.down))))
+                    if result.count > limit { break }
+                }
+            }
+            if result.count > limit {
+                result.removeLast()
+                return (result, result.last?.key)
+            }
+            return (result, nil)
+        }
+    }
+
+    // MARK: Writes
+
+    /// Puts the entry in the hot tier at once and queues it for SQLite.
+    public func store(_ entry: CacheEntry) {
+        hot.put(entry)
+        enqueue(.put(entry))
+    }
+
+    /// Removes matching entries from both tiers; returns how many distinct entries went.
+    public func invalidate(_ criteria: InvalidationCriteria) async throws -> Int {
+        let regex: RegexBox?
+        if case .pattern(let source) = criteria { regex = try RegexBox(source) } else { regex = nil }
+        hot.remove(where: criteria, regex: regex?.regex)
+        return try await withCheckedThrowingContinuation { continuation in
+            enqueue(.invalidate(criteria, regex, continuation))
+        }
+    }
+
+    /// Deletes entries past all their windows and entries whose version is not the
+    /// current one for their endpoint (`versions`: endpoint name → version; endpoints not
+    /// listed are gone from the config and their entries are deleted too).
+    @discardableResult
+    public func sweep(currentVersions: [String: Int]) async -> Int {
+        await withCheckedContinuation { continuation in
+            enqueue(.sweep(currentVersions, continuation))
+        }
+    }
+
+    /// Returns once everything queued before the call is committed.
+    public func flush() async {
+        await withCheckedContinuation { continuation in
+            enqueue(.barrier(continuation))
+        }
+    }
+
+    private func enqueue(_ operation: Operation) {
+        pending.withLock { $0.append(operation) }
+        wake.yield()
+    }
+
+    /// The writer loop. Runs until the task is cancelled, then commits what is queued.
+    public func run() async {
+        for await _ in wakeup {
+            await drain()
+            if Task.isCancelled { break }
+        }
+        await drain()
+    }
+
+    /// Ends the writer loop after committing what is queued.
+    public func finish() {
+        wake.finish()
+    }
+
+    private func drain() async {
+        while true {
+            let batch = pending.withLock { ops -> [Operation] in
+                defer { ops.removeAll(keepingCapacity: true) }
+                return ops
+            }
+            if batch.isEmpty { return }
+            await commit(batch)
+        }
+    }
+
+    private func commit(_ batch: [Operation]) async {
+        let touches = touched.withLock { t -> [String: Double] in
+            defer { t.removeAll(keepingCapacity: true) }
+            return t
+        }
+        var results: [Result<Int, any Error>] = []
+        var removedAfterCommit: [(InvalidationCriteria, RegexBox?)] = []
+        var delta = Totals()
+        let now = Date().timeIntervalSince1970
+        do {
+            (results, delta) = try await database.pool.write { db -> ([Result<Int, any Error>], Totals) in
+                var results: [Result<Int, any Error>] = []
+                var delta = Totals()
+                let sizeOf = try db.cachedStatement(sql: "SELECT size FROM cache_entry WHERE key = ?")
+                let upsert = try db.cachedStatement(sql: """
+                    INSERT INTO cache_entry (key, endpoint, user_id, status, stored_at, ttl, swr, sie, usable_until, version, size,
+                      last_access, headers, body)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    ON CONFLICT(key) DO UPDATE SET endpoint = excluded.endpoint, user_id = excluded.user_id, status = excluded.status,
+                      stored_at = excluded.stored_at, ttl = excluded.ttl, swr = excluded.swr, sie = excluded.sie,
+                      usable_until = excluded.usable_until, version = excluded.version, size = excluded.size,
+                      last_access = excluded.last_access, headers = excluded.headers, body = excluded.body
+                    """)
+                for op in batch {
+                    switch op {
+                    case .put(let e):
+                        if let old = try Int.fetchOne(sizeOf, arguments: [e.key]) {
+                            delta.bytes -= old
+                        } else {
+                            delta.entries += 1
+                        }
+                        delta.bytes += e.size
+                        let headers = String(decoding: try JSONEncoder().encode(e.headers.map { [$0.name, $0.value] }), as: UTF8.self)
+                        var body = e.body
+                        let bytes = body.readBytes(length: body.readableBytes) ?? []
+                        try upsert.execute(arguments: [e.key, e.endpoint, e.userID, e.status, e.storedAt, e.ttl, e.staleWhileRevalidate,
+                                                       e.staleIfError, e.usableUntil, e.version, e.size, now, headers, Data(bytes)])
+                        results.append(.success(0))
+                    case .invalidate(let criteria, let regex, _):
+                        let (n, b) = try Self.delete(db, criteria, regex)
+                        delta.entries -= n
+                        delta.bytes -= b
+                        results.append(.success(n))
+                    case .sweep(let versions, _):
+                        let (n, b) = try Self.sweep(db, versions: versions, now: now)
+                        delta.entries -= n
+                        delta.bytes -= b
+                        results.append(.success(n))
+                    case .barrier:
+                        results.append(.success(0))
+                    }
+                }
+                if !touches.isEmpty {
+                    let touch = try db.cachedStatement(sql: "UPDATE cache_entry SET last_access = ? WHERE key = ?")
+                    for (key, at) in touches { try touch.execute(arguments: [at, key]) }
+                }
+                return (results, delta)
+            }
+        } catch {
+            logger.error("cache write failed; queued writes dropped", metadata: ["error": "\(error)", "operations": "\(batch.count)"])
+            results = batch.map { _ in .failure(error) }
+        }
+        totals.withLock {
+            $0.entries += delta.entries
+            $0.bytes += delta.bytes
+        }
+        for (op, result) in zip(batch, results) {
+            switch op {
+            case .put: break
+            case .invalidate(let criteria, let regex, let continuation):
+                removedAfterCommit.append((criteria, regex))
+                continuation.resume(with: result)
+            case .sweep(_, let continuation):
+                continuation.resume(returning: (try? result.get()) ?? 0)
+            case .barrier(let continuation):
+                continuation.resume()
+            }
+        }
+        // A reader may have promoted a row between the first hot-tier removal and the delete.
+        for (criteria, regex) in removedAfterCommit { hot.remove(where: criteria, regex: regex?.regex) }
+        if byteCount > evictionHighWater { await evict() }
+    }
+
+    /// Eviction keeps the cached bytes under 80% of `maxBytes`, so that the file with its
+    /// SQLite overhead stays under `maxBytes`.
+    var evictionHighWater: Int { maxBytes / 10 * 8 }
+    var evictionLowWater: Int { maxBytes / 10 * 7 }
+
+    private func evict() async {
+        let target = evictionLowWater
+        do {
+            let (n, b) = try await database.pool.write { db -> (Int, Int) in
+                var removedEntries = 0, removedBytes = 0
+                var excess = self.byteCount - target
+                let select = try db.cachedStatement(sql: "SELECT key, size FROM cache_entry ORDER BY last_access LIMIT 256")
+                let delete = try db.cachedStatement(sql: "DELETE FROM cache_entry WHERE key = ?")
+                while excess > 0 {
+                    let rows = try Row.fetchAll(select)
+                    if rows.isEmpty { break }
+                    for row in rows where excess > 0 {
+                        let key: String = row["key"], size: Int = row["size"]
+                        try delete.execute(arguments: [key])
+                        self.hot.remove(key)
+                        excess -= size
+                        removedEntries += 1
+                        removedBytes += size
+                    }
+                }
+                return (removedEntries, removedBytes)
+            }
+            totals.withLock {
+                $0.entries -= n
+                $0.bytes -= b
+            }
+            try await database.pool.writeWithoutTransaction { db in
+                try db.execute(sql: "PRAGMA incremental_vacuum")
+                _ = try? db.checkpoint(.truncate)
+            }
+            logger.debug("evicted least recently used entries", metadata: ["entries": "\(n)", "bytes": "\(b)"])
+        } catch {
+            logger.error("eviction failed", metadata: ["error": "\(error)"])
+        }
+    }
+
+    static func delete(_ db: Database, _ criteria: InvalidationCriteria, _ regex: RegexBox?) throws -> (Int, Int) {
+        let whereClause: String
+        var arguments: StatementArguments = []
+        var function: DatabaseFunction? = nil
+        switch criteria {
+        case .all:
+            whereClause = "1"
+        case .user(let user):
+            whereClause = "user_id = ?"
+            arguments = [user]
+        case .endpoints(let names, let user, let sharedToo):
+            let marks = Array(repeating: "?", count: max(1, names.count)).joined(separator: ",")
+            arguments = StatementArguments(names.isEmpty ? [""] : names)
+            if let user {
+                whereClause = "endpoint IN (\(marks)) AND (user_id = ?\(sharedToo ? " OR user_id IS NULL" : ""))"
+                arguments += [user]
+            } else {
+                whereClause = "endpoint IN (\(marks))"
+            }
+        case .pattern:
+            guard let regex else { return (0, 0) }
+            let fn = DatabaseFunction("concierge_regexp", argumentCount: 1, pure: true) { values in
+                guard let key = String.fromDatabaseValue(values[0]) else { return false }
+                return regex.firstMatch(in: key)
+            }
+            db.add(function: fn)
+            function = fn
+            whereClause = "concierge_regexp(key)"
+        }
+        defer { if let function { db.remove(function: function) } }
+        let row = try Row.fetchOne(db, sql: "SELECT COUNT(*) AS n, COALESCE(SUM(size), 0) AS b FROM cache_entry WHERE \(whereClause)",
+                                   arguments: arguments)!
+        let n: Int = row["n"], b: Int = row["b"]
+        if n > 0 { try db.execute(sql: "DELETE FROM cache_entry WHERE \(whereClause)", arguments: arguments) }
+        return (n, b)
+    }
+
+    static func sweep(_ db: Database, versions: [String: Int], now: Double) throws -> (Int, Int) {
+        var n = 0, b = 0
+        func run(_ whereClause: String, _ arguments: StatementArguments) throws {
+            let row = try Row.fetchOne(db, sql: "SELECT COUNT(*) AS n, COALESCE(SUM(size), 0) AS b FROM cache_entry WHERE \(whereClause)",
+                                       arguments: arguments)!
+            let count: Int = row["n"]
+            if count > 0 {
+                n += count
+                b += row["b"] as Int
+                try db.execute(sql: "DELETE FROM cache_entry WHERE \(whereClause)", arguments: arguments)
+            }
+        }
+        try run("usable_until <= ?", [now])
+        for (endpoint, version) in versions {
+            try run("endpoint = ? AND version != ?", [endpoint, version])
+        }
+        let names = Array(versions.keys)
+        if !names.isEmpty {
+            let marks = Array(repeating: "?", count: names.count).joined(separator: ",")
+            try run("endpoint NOT IN (\(marks))", StatementArguments(names))
+        }
+        return (n, b)
+    }
+}

@@ -1,0 +1,111 @@
+import Foundation
+import Synchronization
+
+/// The in-memory tier in front of SQLite: recent entries up to a byte budget, least
+/// recently used out. Safe to call from any thread (one `Mutex`); a hit is a dictionary
+/// lookup and a list splice, never I/O.
+public final class HotTier: Sendable {
+    private struct Node {
+        var entry: CacheEntry
+        var size: Int
+        var prev: Int
+        var next: Int
+    }
+
+    private struct State {
+        var index: [String: Int] = [:]
+        var nodes: [Node?] = []
+        var free: [Int] = []
+        var head = -1  // most recent
+        var tail = -1  // least recent
+        var bytes = 0
+
+        mutating func unlink(_ i: Int) {
+            let node = nodes[i]!
+            if node.prev >= 0 { nodes[node.prev]!.next = node.next } else { head = node.next }
+            if node.next >= 0 { nodes[node.next]!.prev = node.prev } else { tail = node.prev }
+        }
+
+        mutating func pushFront(_ i: Int) {
+            nodes[i]!.prev = -1
+            nodes[i]!.next = head
+            if head >= 0 { nodes[head]!.prev = i }
+            head = i
+            if tail < 0 { tail = i }
+        }
+
+        mutating func remove(_ i: Int) {
+            unlink(i)
+            let node = nodes[i]!
+            bytes -= node.size
+            index[node.entry.key] = nil
+            nodes[i] = nil
+            free.append(i)
+        }
+    }
+
+    private let state = Mutex(State())
+    public let capacityBytes: Int
+
+    public init(capacityBytes: Int) {
+        self.capacityBytes = capacityBytes
+    }
+
+    /// The entry for `key`, marked most recently used.
+    public func get(_ key: String) -> CacheEntry? {
+        state.withLock { s in
+            guard let i = s.index[key] else { return nil }
+            if s.head != i {
+                s.unlink(i)
+                s.pushFront(i)
+            }
+            return s.nodes[i]!.entry
+        }
+    }
+
+    public func put(_ entry: CacheEntry) {
+        let size = entry.size
+        guard size <= capacityBytes else {
+            remove(entry.key)
+            return
+        }
+        state.withLock { s in
+            if let i = s.index[entry.key] { s.remove(i) }
+            let node = Node(entry: entry, size: size, prev: -1, next: -1)
+            let i: Int
+            if let f = s.free.popLast() { s.nodes[f] = node; i = f } else { s.nodes.append(node); i = s.nodes.count - 1 }
+            s.index[entry.key] = i
+            s.pushFront(i)
+            s.bytes += size
+            while s.bytes > capacityBytes, s.tail >= 0, s.tail != i {
+                s.remove(s.tail)
+            }
+        }
+    }
+
+    public func remove(_ key: String) {
+        state.withLock { s in
+            if let i = s.index[key] { s.remove(i) }
+        }
+    }
+
+    /// Removes matching entries; returns their keys.
+    @discardableResult
+    public func remove(where criteria: InvalidationCriteria, regex: NSRegularExpression?) -> [String] {
+        // Collect under the lock, match outside it so a slow regex does not stall hits.
+        let snapshot: [CacheEntry] = state.withLock { s in s.nodes.compactMap { $0?.entry } }
+        let keys = snapshot.filter { criteria.matches($0, regex: regex) }.map(\.key)
+        guard !keys.isEmpty else { return [] }
+        state.withLock { s in
+            for key in keys { if let i = s.index[key] { s.remove(i) } }
+        }
+        return keys
+    }
+
+    public func removeAll() {
+        state.withLock { $0 = State() }
+    }
+
+    public var count: Int { state.withLock { $0.index.count } }
+    public var bytes: Int { state.withLock { $0.bytes } }
+}
