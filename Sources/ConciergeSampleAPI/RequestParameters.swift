@@ -12,7 +12,7 @@ struct RequestParameters: Sendable {
     /// Reads the query of `request` and parses `body` according to its `Content-Type`.
     /// Without a content type, a body starting with `{` is read as JSON, anything else as a form.
     init(request: Request, body: ByteBuffer) {
-        query = request.uri.query.map { PercentCoding.decodeForm($0) } ?? []
+        query = request.decodedQuery
         let contentType = request.headers[.contentType]?.lowercased() ?? ""
         let bytes = Array(body.readableBytesView)
         let firstCharacter = bytes.first { ![0x20, 0x09, 0x0A, 0x0D].contains($0) }

@@ -21,17 +21,12 @@ struct RequestRecordingMiddleware<Context: RequestContext>: RouterMiddleware {
             let body = try await request.collectBody(upTo: maxBufferedBodySize)
             bodyText = String(decoding: body.readableBytesView, as: UTF8.self)
         }
-        var headers: [String: String] = [:]
-        for field in request.headers {
-            let name = field.name.canonicalName
-            headers[name] = headers[name].map { "\($0), \(field.value)" } ?? field.value
-        }
         state.record(
             SampleRequestRecord(
                 method: request.method.rawValue,
                 path: path,
-                query: request.uri.query.map { PercentCoding.decodeForm($0) } ?? [],
-                headers: headers,
+                query: request.decodedQuery,
+                headers: request.lowercasedHeaders,
                 body: bodyText
             )
         )

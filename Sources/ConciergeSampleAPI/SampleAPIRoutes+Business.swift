@@ -49,22 +49,12 @@ extension SampleAPIRoutes {
     func echo(_ request: Request) async throws -> Response {
         var request = request
         let body = try await request.collectBody(upTo: Self.maxBufferedBodySize)
-        let params = RequestParameters(request: request, body: body)
-        var headers: [String: JSONValue] = [:]
-        for field in request.headers {
-            let name = field.name.canonicalName
-            if case .string(let existing) = headers[name] {
-                headers[name] = .string("\(existing), \(field.value)")
-            } else {
-                headers[name] = .string(field.value)
-            }
-        }
-        let query = Dictionary(params.query.map { ($0.name, JSONValue.string($0.value)) }) { _, last in last }
+        let query = Dictionary(request.decodedQuery.map { ($0.name, JSONValue.string($0.value)) }) { _, last in last }
         return SampleReply.success([
             "method": .string(request.method.rawValue),
             "path": .string(request.uri.path),
             "query": .object(query),
-            "headers": .object(headers),
+            "headers": .object(request.lowercasedHeaders.mapValues { .string($0) }),
             "body": .string(String(decoding: body.readableBytesView, as: UTF8.self)),
         ])
     }
@@ -74,7 +64,6 @@ extension SampleAPIRoutes {
     }
 
     static func queryInt(_ name: String, of request: Request) -> Int? {
-        let query = request.uri.query.map { PercentCoding.decodeForm($0) } ?? []
-        return query.first { $0.name == name }.flatMap { Int($0.value) }
+        request.decodedQuery.first { $0.name == name }.flatMap { Int($0.value) }
     }
 }

@@ -51,21 +51,31 @@ public struct CacheEntry: Sendable {
 public enum InvalidationCriteria: Sendable {
     /// Unanchored regular-expression search over the key text.
     case pattern(String)
-    /// Entries of these endpoints; with a user, only shared entries and that user's.
-    case endpoints([String], user: String?, sharedToo: Bool)
+    /// Entries of these endpoints: every entry (`.everyone`), only shared ones
+    /// (`.sharedOnly`), or shared ones plus one user's (`.sharedAnd(user)`).
+    case endpoints([String], scope: EndpointScope)
     /// Every entry of one user (logout).
     case user(String)
     /// Everything.
     case all
 
+    public enum EndpointScope: Sendable {
+        case everyone
+        case sharedOnly
+        case sharedAnd(String)
+    }
+
     func matches(_ entry: CacheEntry, regex: NSRegularExpression?) -> Bool {
         switch self {
         case .all: return true
         case .user(let user): return entry.userID == user
-        case .endpoints(let names, let user, let sharedToo):
+        case .endpoints(let names, let scope):
             guard names.contains(entry.endpoint) else { return false }
-            guard let user else { return true }
-            return entry.userID == user || (sharedToo && entry.userID == nil)
+            switch scope {
+            case .everyone: return true
+            case .sharedOnly: return entry.userID == nil
+            case .sharedAnd(let user): return entry.userID == nil || entry.userID == user
+            }
         case .pattern:
             guard let regex else { return false }
             let key = entry.key

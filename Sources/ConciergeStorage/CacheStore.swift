@@ -333,14 +333,17 @@ public final class CacheStore: Sendable {
         case .user(let user):
             whereClause = "user_id = ?"
             arguments = [user]
-        case .endpoints(let names, let user, let sharedToo):
+        case .endpoints(let names, let scope):
             let marks = Array(repeating: "?", count: max(1, names.count)).joined(separator: ",")
             arguments = StatementArguments(names.isEmpty ? [""] : names)
-            if let user {
-                whereClause = "endpoint IN (\(marks)) AND (user_id = ?\(sharedToo ? " OR user_id IS NULL" : ""))"
-                arguments += [user]
-            } else {
+            switch scope {
+            case .everyone:
                 whereClause = "endpoint IN (\(marks))"
+            case .sharedOnly:
+                whereClause = "endpoint IN (\(marks)) AND user_id IS NULL"
+            case .sharedAnd(let user):
+                whereClause = "endpoint IN (\(marks)) AND (user_id IS NULL OR user_id = ?)"
+                arguments += [user]
             }
         case .pattern:
             guard let regex else { return (0, 0) }

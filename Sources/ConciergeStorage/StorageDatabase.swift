@@ -7,6 +7,11 @@ public struct StorageError: Error, CustomStringConvertible, Sendable {
     public var path: String
     public var reason: String
 
+    public init(path: String, reason: String) {
+        self.path = path
+        self.reason = reason
+    }
+
     public var description: String { "cannot open storage at \(path): \(reason)" }
 }
 

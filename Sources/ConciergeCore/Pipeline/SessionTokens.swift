@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 
 /// The logged-in session: tokens and user id, persisted by the session store.
@@ -44,5 +45,16 @@ public enum TokenMask {
             out = out.replacingOccurrences(of: secret, with: mask(secret))
         }
         return out
+    }
+}
+
+
+extension SessionTokens {
+    /// The user a user-scoped cache entry belongs to: the user id, or, when the login reply
+    /// gave none, a digest of the access token (never the token itself).
+    public var cacheUser: String {
+        if let userID, !userID.isEmpty { return userID }
+        let digest = SHA256.hash(data: Array(accessToken.utf8))
+        return "session-" + digest.prefix(8).map { String(format: "%02x", $0) }.joined()
     }
 }

@@ -1,0 +1,184 @@
+import ConciergeCore
+import ConciergeStorage
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+import NIOCore
+
+/// Every admin route of SPEC §5 in one router. All but `/health` need
+/// `Authorization: Bearer <token>`, compared in constant time.
+struct AdminAPI: Sendable {
+    let control: ConciergeDaemon
+    let token: String
+
+    func makeRouter() -> Router<BasicRequestContext> {
+        let router = Router()
+        router.add(middleware: AdminAuthMiddleware(token: token))
+        router.get("/health") { _, _ in json(["status": "ok"]) }
+        router.get("/metrics") { _, _ in
+            control.refreshCacheGauges()
+            let text = control.stats.registry.emitToBuffer()
+            return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(bytes: text)))
+        }
+        router.get("/stats") { _, _ in
+            let snapshot = control.stats.snapshot(entries: control.cache.entryCount, bytes: control.cache.byteCount)
+            return json(.object(snapshot.mapValues { .int(Int64($0)) }))
+        }
+        router.post("/cache/invalidate") { request, _ in
+            let body = try await readJSON(request)
+            guard case .object(let fields) = body, fields.count == 1 else {
+                return error(.badRequest, "give exactly one of {\"pattern\": REGEX}, {\"endpoint\": NAME} or {\"all\": true}")
+            }
+            let criteria: InvalidationCriteria
+            let by: String
+            if case .string(let pattern)? = fields["pattern"] {
+                do { _ = try RegexBox(pattern) } catch { return errorReply(.badRequest, "invalid regex: \(Self.describe(error))") }
+                criteria = .pattern(pattern)
+                by = "pattern"
+            } else if case .string(let endpoint)? = fields["endpoint"] {
+                guard control.runtime.current.config.endpoint(named: endpoint) != nil else {
+                    return error(.notFound, "no endpoint named '\(endpoint)'")
+                }
+                criteria = .endpoints([endpoint], scope: .everyone)
+                by = "endpoint"
+            } else if case .bool(true)? = fields["all"] {
+                criteria = .all
+                by = "all"
+            } else {
+                return error(.badRequest, "give exactly one of {\"pattern\": REGEX}, {\"endpoint\": NAME} or {\"all\": true}")
+            }
+            let removed = try await control.cache.invalidate(criteria)
+            control.stats.increment(.invalidations)
+            control.events.publish("cache.invalidated", ["by": .string(by), "removed": .int(Int64(removed))])
+            control.logger.info("cache invalidated", metadata: ["by": "\(by)", "removed": "\(removed)"])
+            return json(["removed": .int(Int64(removed))])
+        }
+        router.get("/cache/entries") { request, _ in
+            let query = request.uri.queryParameters
+            var pattern: RegexBox? = nil
+            if let p = query.get("pattern"), !p.isEmpty {
+                do { pattern = try RegexBox(p) } catch { return errorReply(.badRequest, "invalid regex: \(Self.describe(error))") }
+            }
+            var limit = 100
+            if let l = query.get("limit") {
+                guard let v = Int(l), (1...10_000).contains(v) else { return error(.badRequest, "limit must be 1...10000") }
+                limit = v
+            }
+            let cursor = query.get("cursor").flatMap { $0.isEmpty ? nil : $0 }
+            let page = try await control.cache.entries(pattern: pattern, limit: limit, cursor: cursor)
+            let entries: [JSONValue] = page.entries.map { e in
+                ["key": .string(e.key), "endpoint": .string(e.endpoint), "user": e.userID.map(JSONValue.string) ?? .null,
+                 "size": .int(Int64(e.size)), "age": .int(Int64(e.age)), "ttl": .int(Int64(e.ttl))]
+            }
+            return json(["entries": .array(entries), "next": page.next.map(JSONValue.string) ?? .null])
+        }
+        router.get("/session") { _, _ in json(control.sessionDescription()) }
+        router.put("/session") { request, _ in
+            let body = try await readJSON(request)
+            guard case .object(let f) = body, case .string(let access)? = f["access_token"], !access.isEmpty else {
+                return error(.badRequest, "body must be {\"access_token\": ..., \"refresh_token\": ..., \"user_id\": ...}")
+            }
+            let tokens = SessionTokens(accessToken: access, refreshToken: f["refresh_token"]?.stringValue, userID: f["user_id"].flatMap { $0 == .null ? nil : $0.parameterText })
+            try await control.session.set(tokens)
+            control.events.publish("session.login", ["user": tokens.userID.map(JSONValue.string) ?? .null])
+            return json(control.sessionDescription())
+        }
+        router.delete("/session") { _, _ in
+            let dropped = try await control.session.clear()
+            if let dropped {
+                control.stats.increment(.logouts)
+                _ = try? await control.cache.invalidate(.user(dropped.cacheUser))
+                control.events.publish("session.logout", ["user": dropped.userID.map(JSONValue.string) ?? .null, "reason": "admin"])
+            }
+            return json(["logged_out": .bool(dropped != nil)])
+        }
+        router.get("/environment") { _, _ in
+            json(["environment": .string(control.runtime.environment),
+                  "upstreams": .object(Dictionary(uniqueKeysWithValues: control.runtime.current.config.upstreams.map { ($0.name, JSONValue.string($0.baseURL)) }))])
+        }
+        router.put("/environment") { request, _ in
+            let body = try await readJSON(request)
+            guard case .object(let f) = body, case .string(let name)? = f["environment"] else {
+                return error(.badRequest, "body must be {\"environment\": NAME}")
+            }
+            guard control.runtime.setEnvironment(name) else {
+                let known = control.runtime.current.config.upstreams.map(\.name).joined(separator: ", ")
+                return error(.badRequest, "no upstream named '\(name)' (known: \(known))")
+            }
+            control.events.publish("environment.changed", ["environment": .string(name)])
+            control.logger.info("environment switched", metadata: ["environment": "\(name)"])
+            return json(["environment": .string(name)])
+        }
+        router.post("/reload") { _, _ in
+            switch await control.reload() {
+            case .success(let message): return json(["reloaded": true, "message": .string(message)])
+            case .failure(let failure): return json(["reloaded": false, "error": .string(failure.description)], status: .unprocessableContent)
+            }
+        }
+        return router
+    }
+
+    static func describe(_ error: any Error) -> String {
+        let ns = error as NSError
+        if let reason = ns.userInfo["NSInvalidValue"] { return "\(reason) \(ns.localizedDescription)" }
+        return ns.localizedDescription
+    }
+}
+
+private func json(_ value: JSONValue, status: HTTPResponse.Status = .ok) -> Response {
+    Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: value.serializedBytes)))
+}
+
+private func error(_ status: HTTPResponse.Status, _ message: String) -> Response {
+    json(["error": .string(message)], status: status)
+}
+
+private func errorReply(_ status: HTTPResponse.Status, _ message: String) -> Response {
+    error(status, message)
+}
+
+private func readJSON(_ request: Request) async throws -> JSONValue {
+    var request = request
+    let buffer = try await request.collectBody(upTo: 1 << 20)
+    guard let value = JSONValue.parse(buffer.readableBytesView) else {
+        throw HTTPError(.badRequest, message: "body must be JSON")
+    }
+    return value
+}
+
+/// `Authorization: Bearer <token>` on every route but `/health`, compared in constant time.
+struct AdminAuthMiddleware<Context: RequestContext>: RouterMiddleware {
+    let token: [UInt8]
+
+    init(token: String) {
+        self.token = Array(token.utf8)
+    }
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        if request.uri.path == "/health" { return try await next(request, context) }
+        let header = request.headers[.authorization] ?? ""
+        let prefix = "Bearer "
+        guard header.hasPrefix(prefix), Self.constantTimeEquals(Array(header.utf8.dropFirst(prefix.utf8.count)), token) else {
+            return Response(status: .unauthorized, headers: [.contentType: "application/json", .wwwAuthenticate: "Bearer"],
+                            body: .init(byteBuffer: ByteBuffer(string: #"{"error":"missing or invalid admin token"}"#)))
+        }
+        do {
+            return try await next(request, context)
+        } catch let error as HTTPError {
+            return Response(status: error.status, headers: [.contentType: "application/json"],
+                            body: .init(byteBuffer: ByteBuffer(bytes: JSONValue.object(["error": .string(error.body ?? "\(error.status)")]).serializedBytes)))
+        }
+    }
+
+    /// Time depends only on the lengths, never on where the first difference is.
+    static func constantTimeEquals(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+        var difference = UInt8(truncatingIfNeeded: a.count ^ b.count)
+        for i in 0..<max(a.count, b.count) {
+            let x = i < a.count ? a[i] : 0
+            let y = i < b.count ? b[i] : 0
+            difference |= x ^ y
+        }
+        return difference == 0
+    }
+}

@@ -1,0 +1,46 @@
+import ConciergeCore
+import Foundation
+import Logging
+import NIOCore
+import NIOHTTP1
+
+/// POSTs matching events as JSON to the `hooks:` URLs (SPEC §8), off the request path:
+/// each delivery is its own task, with a 5 s timeout and up to 3 attempts (0.5 s, 1 s
+/// apart). A dead hook never blocks anything.
+final class HookDispatcher: Sendable {
+    let runtime: Runtime
+    let client: UpstreamClient
+    let logger: Logger
+
+    init(runtime: Runtime, client: UpstreamClient, logger: Logger) {
+        self.runtime = runtime
+        self.client = client
+        self.logger = logger
+    }
+
+    func deliver(_ event: ConciergeEvent) {
+        let hooks = runtime.current.config.hooks.filter { $0.events.contains("*") || $0.events.contains(event.type) }
+        guard !hooks.isEmpty else { return }
+        var payload: [String: JSONValue] = ["id": .int(Int64(event.id)), "type": .string(event.type), "time": .double(event.time.timeIntervalSince1970)]
+        if case .object(let members) = event.data { payload.merge(members) { a, _ in a } }
+        let body = ByteBuffer(bytes: JSONValue.object(payload).serializedBytes)
+        for hook in hooks {
+            Task {
+                var headers = HTTPHeaders()
+                headers.add(name: "Content-Type", value: "application/json")
+                headers.add(name: "User-Agent", value: "concierge-hooks")
+                let request = UpstreamRequest(method: "POST", url: hook.url, headers: headers, body: .bytes(body), timeout: .seconds(5))
+                for attempt in 1...3 {
+                    do {
+                        let response = try await client.send(request, maxBody: 64 << 10)
+                        if (200..<300).contains(response.status) { return }
+                        logger.warning("hook answered an error", metadata: ["url": "\(hook.url)", "status": "\(response.status)", "attempt": "\(attempt)"])
+                    } catch {
+                        logger.warning("hook delivery failed", metadata: ["url": "\(hook.url)", "error": "\(error)", "attempt": "\(attempt)"])
+                    }
+                    if attempt < 3 { try? await Task.sleep(for: .milliseconds(500 * attempt)) }
+                }
+            }
+        }
+    }
+}

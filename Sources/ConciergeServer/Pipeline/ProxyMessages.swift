@@ -1,0 +1,78 @@
+import AsyncHTTPClient
+import ConciergeCore
+import NIOCore
+import NIOHTTP1
+
+/// A client request as a listener received it (or as a batch/chain step describes it).
+public struct IncomingRequest: Sendable {
+    public enum Body: Sendable {
+        case buffered(ByteBuffer)
+        /// Parts still arriving from the client (streamed endpoints).
+        case stream(AsyncStream<ByteBuffer>, length: Int?)
+    }
+
+    public var method: String
+    /// Origin-form target: path and query.
+    public var target: String
+    public var headers: HTTPHeaders
+    public var body: Body
+    public var clientAddress: String?
+    /// Set for sub-requests of batch and chain (they may not nest).
+    public var isSubRequest: Bool
+
+    public init(method: String, target: String, headers: HTTPHeaders, body: Body = .buffered(ByteBuffer()),
+                clientAddress: String? = nil, isSubRequest: Bool = false) {
+        self.method = method
+        self.target = target
+        self.headers = headers
+        self.body = body
+        self.clientAddress = clientAddress
+        self.isSubRequest = isSubRequest
+    }
+}
+
+/// What the pipeline answers, with what the request log and batch results report.
+public struct ProxyReply: Sendable {
+    public enum Body: Sendable {
+        case buffer(ByteBuffer)
+        case upstream(HTTPClientResponse.Body)
+        /// Server-Sent Events: text chunks until the stream ends.
+        case events(AsyncStream<ByteBuffer>)
+    }
+
+    public var status: Int
+    public var headers: HTTPHeaders
+    public var body: Body
+    /// `HIT`, `MISS`, `STALE`, `BYPASS`, or empty when the cache was not involved.
+    public var cacheStatus: String = ""
+    public var endpoint: String = "default"
+    public var businessCode: Int? = nil
+    public var replays: Int = 0
+    public var upstreamTime: Duration? = nil
+    /// Logical success (for batch `ok`): a success code, or HTTP 2xx on non-JSON endpoints.
+    public var succeeded: Bool = false
+    /// Query/body names whose values the request log masks.
+    public var maskedParams: Set<String> = []
+
+    public init(status: Int, headers: HTTPHeaders = HTTPHeaders(), body: Body) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+    }
+
+    /// A JSON reply Concierge makes itself.
+    public static func json(_ status: Int, _ value: JSONValue, extraHeaders: HTTPHeaders = HTTPHeaders()) -> ProxyReply {
+        var headers = extraHeaders
+        headers.replaceOrAdd(name: "Content-Type", value: "application/json")
+        return ProxyReply(status: status, headers: headers, body: .buffer(ByteBuffer(bytes: value.serializedBytes)))
+    }
+
+    public static func error(_ status: Int, _ message: String) -> ProxyReply {
+        json(status, ["error": .string(message)])
+    }
+
+    public var bufferedBody: ByteBuffer? {
+        if case .buffer(let b) = body { return b }
+        return nil
+    }
+}

@@ -1,0 +1,557 @@
+import AsyncHTTPClient
+import ConciergeCore
+import ConciergeStorage
+import Foundation
+import Logging
+import NIOCore
+import NIOHTTP1
+import Synchronization
+
+/// The request pipeline of SPEC §3, in order, in one place:
+///
+/// receive → route → common params → login guard → (cache key) → cache lookup / coalesce
+/// → inject token → sign → forward → envelope → refresh-and-replay or logout → capture
+/// → validate → store → reply.
+///
+/// ``fastReply(_:)`` is the synchronous subset a listener runs on its event loop: a fresh
+/// hot-tier hit answered without a task or any I/O. Everything else goes through
+/// ``handle(_:)``.
+public final class ProxyPipeline: Sendable {
+    public let runtime: Runtime
+    public let cache: CacheStore
+    public let session: SessionState
+    public let refresher: TokenRefresher
+    public let client: UpstreamClient
+    public let stats: ProxyStats
+    public let events: EventBus
+    let logger: Logger
+    let coalescer = MissCoalescer()
+    private let revalidating = Mutex<Set<String>>([])
+    private let upstreamDown = Mutex<Set<String>>([])
+
+    public init(runtime: Runtime, cache: CacheStore, session: SessionState, client: UpstreamClient, stats: ProxyStats,
+                events: EventBus, logger: Logger) {
+        self.runtime = runtime
+        self.cache = cache
+        self.session = session
+        self.client = client
+        self.stats = stats
+        self.events = events
+        self.logger = logger
+        self.refresher = TokenRefresher(session: session, client: client, runtime: runtime, stats: stats, events: events, logger: logger)
+    }
+
+    // MARK: - Preparation (steps 1–6, pure and synchronous)
+
+    /// A request after routing, common params and the login guard, with its cache key.
+    struct Prepared: Sendable {
+        var request: ProxyRequest
+        var endpoint: EndpointPolicy
+        var config: RuntimeConfig
+        var upstream: ConciergeConfig.Upstream
+        /// The session token to inject, if this endpoint takes one.
+        var token: String?
+        var session: SessionTokens?
+        var cacheKey: String?
+        var cacheUser: String?
+        var bypass: Bool
+        var streamedBody: IncomingRequest.Body?
+        var clientAddress: String?
+        var originalHeaders: HTTPHeaders
+    }
+
+    enum Preparation: Sendable {
+        case ready(Prepared)
+        case reply(ProxyReply)
+    }
+
+    func prepare(_ incoming: IncomingRequest) -> Preparation {
+        let (rc, environment) = runtime.snapshot
+        let config = rc.config
+        var target = incoming.target
+        let pathEnd = target.firstIndex(of: "?") ?? target.endIndex
+        let path = String(target[..<pathEnd])
+        let endpoint = rc.router.route(method: incoming.method, path: path)
+        var headers = HeaderFields()
+        for (name, value) in incoming.headers { headers.add(name, value) }
+        let buffered = endpoint.envelope || endpoint.isCacheable
+        var body: RequestBody = .empty
+        var streamed: IncomingRequest.Body? = nil
+        switch incoming.body {
+        case .buffered(let buffer):
+            if buffered {
+                body = RequestBody.parse(Array(buffer.readableBytesView), contentType: headers["content-type"])
+            } else if buffer.readableBytes > 0 {
+                body = .opaque(Array(buffer.readableBytesView))
+            }
+        case .stream:
+            streamed = incoming.body
+        }
+        if target.isEmpty { target = "/" }
+        var request = ProxyRequest(method: incoming.method, target: target, headers: headers, body: body)
+        rc.commonParams.apply(to: &request)
+
+        let current = session.current
+        guard rc.loginGuard.admits(endpoint, session: current) else {
+            var reply = ProxyReply.json(config.session.notLoggedIn.status, config.session.notLoggedIn.body)
+            reply.endpoint = endpoint.name
+            reply.businessCode = config.session.notLoggedIn.body[path: config.envelope.codePath]?.intValue
+            return .reply(reply)
+        }
+        let injects = endpoint.login != .none && current != nil && !rc.injector.points.isEmpty
+        let token = injects ? current?.accessToken : nil
+        let upstream = runtime.upstream(for: endpoint, in: (rc, environment))
+
+        var cacheKey: String? = nil
+        var cacheUser: String? = nil
+        if endpoint.isCacheable, streamed == nil {
+            let clientToken = !injects && rc.injector.carriesToken(request)
+            var storable = true
+            switch endpoint.cache.scope {
+            case .shared where endpoint.scopeIsExplicit:
+                cacheUser = nil
+            case .user, .shared:
+                if let current, injects {
+                    cacheUser = current.cacheUser
+                } else if clientToken || endpoint.cache.scope == .user {
+                    // A token we cannot attribute to a user: never shared, so not cached.
+                    storable = false
+                }
+            }
+            if storable {
+                let params = request.query + (request.paramsGoInQuery ? [] : request.body.params)
+                cacheKey = CacheKey.make(method: request.method, upstreamBaseURL: upstream.baseURL, path: request.path,
+                                         params: params, excluding: rc.keyExclusions, userID: cacheUser,
+                                         version: endpoint.cache.version ?? config.cache.version)
+            }
+        }
+        let cacheControl = incoming.headers["cache-control"].joined(separator: ",").lowercased()
+        let bypass = cacheControl.contains("no-cache") || incoming.headers["x-concierge-cache"].contains { $0.lowercased() == "bypass" }
+        return .ready(Prepared(request: request, endpoint: endpoint, config: rc, upstream: upstream, token: token, session: current,
+                               cacheKey: cacheKey, cacheUser: cacheUser, bypass: bypass, streamedBody: streamed,
+                               clientAddress: incoming.clientAddress, originalHeaders: incoming.headers))
+    }
+
+    // MARK: - Fast path
+
+    /// A fresh hot-tier hit, answered synchronously; `nil` means "use ``handle(_:)``".
+    public func fastReply(_ incoming: IncomingRequest) -> ProxyReply? {
+        guard case .ready(let p) = prepare(incoming), let key = p.cacheKey, !p.bypass,
+              let entry = cache.hotLookup(key) else { return nil }
+        let now = Date().timeIntervalSince1970
+        guard entry.isFresh(at: now) else { return nil }
+        stats.increment(.hits)
+        return cachedReply(entry, p, status: "HIT", now: now)
+    }
+
+    // MARK: - Full pipeline
+
+    public func handle(_ incoming: IncomingRequest) async -> ProxyReply {
+        let p: Prepared
+        switch prepare(incoming) {
+        case .reply(let reply): return reply
+        case .ready(let prepared): p = prepared
+        }
+        guard let key = p.cacheKey else {
+            if p.endpoint.envelope || p.endpoint.isCacheable {
+                var reply = await exchange(p).reply
+                if p.endpoint.isCacheable { reply.headers.replaceOrAdd(name: "X-Cache", value: "MISS") }
+                return reply
+            }
+            return await forwardStreaming(p)
+        }
+        let now = Date().timeIntervalSince1970
+        if p.bypass {
+            stats.increment(.bypass)
+            let result = await coalescer.run(key: "bypass " + key) { await self.fetchAndStore(p, key: key) }
+            return withCacheHeaders(result, status: "BYPASS", cacheStatus: "concierge; fwd=request")
+        }
+        let entry = await cache.lookup(key)
+        if let entry {
+            if entry.isFresh(at: now) {
+                stats.increment(.hits)
+                return cachedReply(entry, p, status: "HIT", now: now)
+            }
+            if now < entry.freshUntil + entry.staleWhileRevalidate {
+                stats.increment(.stale)
+                revalidateInBackground(p, key: key)
+                return cachedReply(entry, p, status: "STALE", now: now, detail: "stale-while-revalidate")
+            }
+        }
+        stats.increment(.misses)
+        let result = await coalescer.run(key: key) { await self.fetchAndStore(p, key: key) }
+        if result.upstreamFailed, let entry, now < entry.freshUntil + entry.staleIfError {
+            stats.increment(.stale)
+            return cachedReply(entry, p, status: "STALE", now: now, detail: "stale-if-error")
+        }
+        return withCacheHeaders(result, status: "MISS", cacheStatus: "concierge; fwd=miss")
+    }
+
+    private func withCacheHeaders(_ result: ExchangeResult, status: String, cacheStatus: String) -> ProxyReply {
+        var reply = result.reply
+        reply.cacheStatus = status
+        reply.headers.replaceOrAdd(name: "X-Cache", value: status)
+        reply.headers.replaceOrAdd(name: "Cache-Status", value: cacheStatus + (result.stored ? "; stored" : ""))
+        return reply
+    }
+
+    private func revalidateInBackground(_ p: Prepared, key: String) {
+        let start = revalidating.withLock { $0.insert(key).inserted }
+        guard start else { return }
+        Task {
+            _ = await self.coalescer.run(key: key) { await self.fetchAndStore(p, key: key) }
+            _ = self.revalidating.withLock { $0.remove(key) }
+        }
+    }
+
+    /// A reply built from a stored entry (HIT or STALE).
+    func cachedReply(_ entry: CacheEntry, _ p: Prepared, status: String, now: Double, detail: String? = nil) -> ProxyReply {
+        var headers = HTTPHeaders()
+        for (name, value) in entry.headers { headers.add(name: name, value: value) }
+        let ttl = entry.remainingTTL(at: now)
+        headers.add(name: "X-Cache", value: status)
+        headers.add(name: "Cache-Status", value: "concierge; hit; ttl=\(ttl)\(detail.map { "; detail=\($0)" } ?? "")")
+        headers.add(name: "Age", value: String(entry.age(at: now)))
+        var reply = ProxyReply(status: entry.status, headers: headers, body: .buffer(entry.body))
+        reply.cacheStatus = status
+        reply.endpoint = p.endpoint.name
+        reply.succeeded = true
+        reply.maskedParams = p.config.tokenParamNames
+        if let unwrap = p.endpoint.unwrap { applyUnwrap(&reply, path: unwrap, config: p.config) }
+        return reply
+    }
+
+    // MARK: - Exchange with the upstream (steps 8–10)
+
+    struct ExchangeResult: Sendable {
+        var reply: ProxyReply
+        var stored: Bool = false
+        var upstreamFailed: Bool = false
+    }
+
+    private func fetchAndStore(_ p: Prepared, key: String) async -> ExchangeResult {
+        var result = await exchange(p)
+        guard let storable = result.storable, let key = Optional(key) else { return result.result }
+        let policy = p.endpoint.cache
+        let entry = CacheEntry(key: key, endpoint: p.endpoint.name, userID: p.cacheUser, status: storable.status,
+                               headers: storable.headers, body: storable.body, storedAt: Date().timeIntervalSince1970,
+                               ttl: policy.ttl.seconds, staleWhileRevalidate: policy.staleWhileRevalidate.seconds,
+                               staleIfError: policy.staleIfError.seconds, version: policy.version ?? p.config.config.cache.version)
+        cache.store(entry)
+        result.result.stored = true
+        return result.result
+    }
+
+    struct Storable: Sendable {
+        var status: Int
+        var headers: [(name: String, value: String)]
+        var body: ByteBuffer
+    }
+
+    struct ExchangeOutcome: Sendable {
+        var result: ExchangeResult
+        var storable: Storable?
+        var reply: ProxyReply { result.reply }
+    }
+
+    /// Sends the request (buffered), reads the envelope, refreshes and replays, captures.
+    func exchange(_ p: Prepared) async -> ExchangeOutcome {
+        let config = p.config.config
+        var token = p.token
+        var replays = 0
+        let maxReplays = config.session.refresh?.maxReplays ?? 3
+        var upstreamTotal = Duration.zero
+        while true {
+            var request = p.request
+            if let token { p.config.injector.inject(token, into: &request) }
+            if let signer = p.config.signer(for: p.endpoint) {
+                let signed = signer.sign(&request)
+                logger.debug("signed request", metadata: ["endpoint": "\(p.endpoint.name)",
+                                                          "string": "\(TokenMask.maskQuery("?" + signed, names: p.config.tokenParamNames).dropFirst())"])
+            }
+            let upstreamRequest = makeUpstreamRequest(request, p)
+            let started = ContinuousClock.now
+            let response: UpstreamResponse
+            do {
+                response = try await client.send(upstreamRequest, maxBody: config.limits.maxBodyBytes)
+            } catch {
+                let elapsed = ContinuousClock.now - started
+                stats.recordUpstream(duration: elapsed)
+                stats.increment(.upstreamErrors)
+                markUpstream(p.upstream.name, down: true)
+                logger.warning("upstream request failed", metadata: ["endpoint": "\(p.endpoint.name)", "upstream": "\(p.upstream.name)",
+                                                                     "error": "\(error)"])
+                let status = { if case .timeout = error { return 504 } else { return 502 } }()
+                var reply = ProxyReply.json(status, config.envelope.unavailable.body)
+                decorate(&reply, p, replays: replays, upstreamTime: upstreamTotal + elapsed)
+                return ExchangeOutcome(result: ExchangeResult(reply: reply, upstreamFailed: true), storable: nil)
+            }
+            let elapsed = ContinuousClock.now - started
+            upstreamTotal += elapsed
+            stats.recordUpstream(duration: elapsed)
+            markUpstream(p.upstream.name, down: false)
+
+            var headers = UpstreamClient.endToEnd(response.headers, dropping: ["content-length", "date", "server"])
+            if replays > 0 { headers.replaceOrAdd(name: "X-Concierge-Replays", value: String(replays)) }
+            var reply = ProxyReply(status: response.status, headers: headers, body: .buffer(response.body))
+            decorate(&reply, p, replays: replays, upstreamTime: upstreamTotal)
+
+            guard p.endpoint.envelope else {
+                // Non-JSON but cacheable: HTTP 2xx is the success.
+                let ok = (200..<300).contains(response.status)
+                reply.succeeded = ok
+                let storable = ok && !Self.noStore(response.headers)
+                return ExchangeOutcome(result: ExchangeResult(reply: reply),
+                                       storable: storable ? Storable(status: response.status, headers: Self.storedHeaders(headers), body: response.body) : nil)
+            }
+            if response.status >= 500 {
+                stats.increment(.upstreamErrors)
+                var failure = ProxyReply.json(config.envelope.unavailable.status, config.envelope.unavailable.body)
+                decorate(&failure, p, replays: replays, upstreamTime: upstreamTotal)
+                logger.warning("upstream answered an HTTP error", metadata: ["endpoint": "\(p.endpoint.name)", "status": "\(response.status)"])
+                return ExchangeOutcome(result: ExchangeResult(reply: failure, upstreamFailed: true), storable: nil)
+            }
+            let json = JSONValue.parse(response.body.readableBytesView)
+            let outcome = p.config.envelope.classify(json)
+            reply.businessCode = json?[path: config.envelope.codePath]?.intValue
+            switch outcome {
+            case .notJSON:
+                var failure = ProxyReply.json(config.envelope.unavailable.status, config.envelope.unavailable.body)
+                decorate(&failure, p, replays: replays, upstreamTime: upstreamTotal)
+                logger.warning("upstream reply is not JSON", metadata: ["endpoint": "\(p.endpoint.name)", "status": "\(response.status)",
+                                                                        "bytes": "\(response.body.readableBytes)"])
+                return ExchangeOutcome(result: ExchangeResult(reply: failure), storable: nil)
+
+            case .refresh:
+                guard let stale = token else { return ExchangeOutcome(result: ExchangeResult(reply: reply), storable: nil) }
+                guard replays < maxReplays else {
+                    logger.warning("still a refresh code after the last replay", metadata: ["endpoint": "\(p.endpoint.name)", "replays": "\(replays)"])
+                    return ExchangeOutcome(result: ExchangeResult(reply: reply), storable: nil)
+                }
+                switch await refresher.freshToken(replacing: stale) {
+                case .refreshed(let fresh):
+                    token = fresh
+                    replays += 1
+                    stats.increment(.replays)
+                    continue
+                case .loggedOut:
+                    var notLoggedIn = ProxyReply.json(config.session.notLoggedIn.status, config.session.notLoggedIn.body)
+                    decorate(&notLoggedIn, p, replays: replays, upstreamTime: upstreamTotal)
+                    notLoggedIn.businessCode = config.session.notLoggedIn.body[path: config.envelope.codePath]?.intValue
+                    return ExchangeOutcome(result: ExchangeResult(reply: notLoggedIn), storable: nil)
+                }
+
+            case .logout(let code):
+                await logout(sentToken: token, reason: .int(Int64(code)))
+                return ExchangeOutcome(result: ExchangeResult(reply: reply), storable: nil)
+
+            case .failure(let code):
+                if let code, let actions = config.envelope.warningCodes[code] {
+                    await applyWarning(code: code, actions: actions, json: json, p: p, token: token)
+                }
+                return ExchangeOutcome(result: ExchangeResult(reply: reply), storable: nil)
+
+            case .success:
+                guard let json else { continue }
+                if let problem = ResponseValidator(rules: p.endpoint.validate).problem(in: json) {
+                    logger.warning("reply failed validation", metadata: ["endpoint": "\(p.endpoint.name)", "problem": "\(problem)"])
+                    var invalid = invalidReply(config, problem: problem)
+                    decorate(&invalid, p, replays: replays, upstreamTime: upstreamTotal)
+                    return ExchangeOutcome(result: ExchangeResult(reply: invalid), storable: nil)
+                }
+                reply.succeeded = true
+                if let capture = config.session.capture, capture.endpoint == p.endpoint.name {
+                    await captureSession(json, capture)
+                }
+                if !p.endpoint.invalidates.isEmpty {
+                    let user = session.current?.cacheUser
+                    let removed = (try? await cache.invalidate(.endpoints(p.endpoint.invalidates, scope: user.map { .sharedAnd($0) } ?? .sharedOnly))) ?? 0
+                    stats.increment(.invalidations)
+                    logger.info("write invalidated entries", metadata: ["endpoint": "\(p.endpoint.name)",
+                                                                       "targets": "\(p.endpoint.invalidates.joined(separator: ","))", "removed": "\(removed)"])
+                    events.publish("cache.invalidated", ["by": .string("endpoint:\(p.endpoint.name)"), "removed": .int(Int64(removed))])
+                }
+                let storable = !Self.noStore(response.headers)
+                    ? Storable(status: response.status, headers: Self.storedHeaders(headers), body: response.body) : nil
+                if let unwrap = p.endpoint.unwrap { applyUnwrap(&reply, path: unwrap, config: p.config) }
+                return ExchangeOutcome(result: ExchangeResult(reply: reply), storable: storable)
+            }
+        }
+    }
+
+    /// Forwards a non-JSON, uncached request with bodies streamed both ways.
+    func forwardStreaming(_ p: Prepared) async -> ProxyReply {
+        var request = p.request
+        if let token = p.token { p.config.injector.inject(token, into: &request) }
+        var upstreamRequest = makeUpstreamRequest(request, p)
+        if case .stream(let stream, let length)? = p.streamedBody {
+            upstreamRequest.body = .stream(stream, length: length)
+        }
+        let started = ContinuousClock.now
+        do {
+            let response = try await client.stream(upstreamRequest)
+            markUpstream(p.upstream.name, down: false)
+            var headers = UpstreamClient.endToEnd(response.headers, dropping: ["date", "server"])
+            if headers["content-length"].isEmpty, response.status == .noContent || response.status == .notModified {
+                headers.remove(name: "content-length")
+            }
+            var reply = ProxyReply(status: Int(response.status.code), headers: headers, body: .upstream(response.body))
+            decorate(&reply, p, replays: 0, upstreamTime: ContinuousClock.now - started)
+            reply.succeeded = (200..<400).contains(reply.status)
+            return reply
+        } catch {
+            stats.increment(.upstreamErrors)
+            markUpstream(p.upstream.name, down: true)
+            logger.warning("upstream request failed", metadata: ["endpoint": "\(p.endpoint.name)", "error": "\(error)"])
+            let config = p.config.config
+            let status = { if case .timeout = error { return 504 } else { return 502 } }()
+            var reply = ProxyReply.json(status, config.envelope.unavailable.body)
+            decorate(&reply, p, replays: 0, upstreamTime: ContinuousClock.now - started)
+            return reply
+        }
+    }
+
+    func makeUpstreamRequest(_ request: ProxyRequest, _ p: Prepared) -> UpstreamRequest {
+        var headers = UpstreamClient.endToEnd(p.originalHeaders, dropping: ["host", "content-length", "x-concierge-cache", "expect"])
+        // Re-apply the rewritten fields (common headers, injected header token).
+        for (name, value) in request.headers where !p.originalHeaders.contains(name: name) || p.config.injector.headerNames.contains(where: { $0.caseInsensitiveCompare(name) == .orderedSame }) {
+            headers.replaceOrAdd(name: name, value: value)
+        }
+        let forwardedFor = [p.originalHeaders.first(name: "x-forwarded-for"), p.clientAddress].compactMap { $0 }.joined(separator: ", ")
+        if !forwardedFor.isEmpty { headers.replaceOrAdd(name: "X-Forwarded-For", value: forwardedFor) }
+        let via = p.originalHeaders.first(name: "via").map { "\($0), 1.1 concierge" } ?? "1.1 concierge"
+        headers.replaceOrAdd(name: "Via", value: via)
+        var body: UpstreamRequest.Body = .none
+        let bytes = request.body.bytes
+        if !bytes.isEmpty {
+            body = .bytes(ByteBuffer(bytes: bytes))
+            if let type = request.body.contentType, case .form = request.body {
+                headers.replaceOrAdd(name: "Content-Type", value: type)
+            } else if let type = request.body.contentType, !headers.contains(name: "content-type") {
+                headers.replaceOrAdd(name: "Content-Type", value: type)
+            }
+        }
+        let timeout = p.endpoint.timeout ?? p.config.config.limits.defaultTimeout
+        return UpstreamRequest(method: request.method, url: p.upstream.baseURL + request.target, headers: headers, body: body, timeout: timeout)
+    }
+
+    private func decorate(_ reply: inout ProxyReply, _ p: Prepared, replays: Int, upstreamTime: Duration) {
+        reply.endpoint = p.endpoint.name
+        reply.replays = replays
+        reply.upstreamTime = upstreamTime
+        reply.maskedParams = p.config.tokenParamNames
+        if replays > 0 { reply.headers.replaceOrAdd(name: "X-Concierge-Replays", value: String(replays)) }
+    }
+
+    static func noStore(_ headers: HTTPHeaders) -> Bool {
+        headers["cache-control"].contains { $0.lowercased().contains("no-store") || $0.lowercased().contains("private") }
+    }
+
+    /// Headers kept with a stored entry.
+    static func storedHeaders(_ headers: HTTPHeaders) -> [(name: String, value: String)] {
+        let skip: Set<String> = ["set-cookie", "age", "x-cache", "cache-status", "x-concierge-replays", "content-length", "date"]
+        return headers.filter { !skip.contains($0.name.lowercased()) }.map { ($0.name, $0.value) }
+    }
+
+    func invalidReply(_ config: ConciergeConfig, problem: String) -> ProxyReply {
+        var body = config.envelope.invalid.body
+        if case .object(var members) = body {
+            let base = members[config.envelope.messagePath]?.stringValue ?? "response failed validation"
+            members[config.envelope.messagePath] = .string("\(base): \(problem)")
+            body = .object(members)
+        }
+        return ProxyReply.json(config.envelope.invalid.status, body)
+    }
+
+    func applyUnwrap(_ reply: inout ProxyReply, path: String, config: RuntimeConfig) {
+        guard let body = reply.bufferedBody else { return }
+        guard let json = JSONValue.parse(body.readableBytesView), let inner = json[path: path] else {
+            let replacement = invalidReply(config.config, problem: "\(path) is missing")
+            reply.status = replacement.status
+            reply.body = replacement.body
+            reply.succeeded = false
+            return
+        }
+        reply.body = .buffer(ByteBuffer(bytes: inner.serializedBytes))
+        reply.headers.replaceOrAdd(name: "Content-Type", value: "application/json")
+        reply.headers.replaceOrAdd(name: "X-Concierge-Unwrapped", value: path)
+    }
+
+    // MARK: - Session side effects
+
+    private func captureSession(_ json: JSONValue, _ capture: ConciergeConfig.Capture) async {
+        guard let access = json[path: capture.accessToken]?.parameterText, !access.isEmpty, json[path: capture.accessToken] != .null else {
+            logger.warning("login reply has no access token; session unchanged", metadata: ["path": "\(capture.accessToken)"])
+            return
+        }
+        let tokens = SessionTokens(accessToken: access,
+                                   refreshToken: capture.refreshToken.flatMap { json[path: $0]?.parameterText },
+                                   userID: capture.userID.flatMap { json[path: $0]?.parameterText })
+        do {
+            try await session.set(tokens)
+            logger.info("session captured", metadata: ["user": "\(tokens.userID ?? "-")", "access_token": "\(TokenMask.mask(access))"])
+            events.publish("session.login", ["user": tokens.userID.map(JSONValue.string) ?? .null])
+        } catch {
+            logger.error("could not store the session", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Drops the session and the user's cached entries.
+    func logout(sentToken: String?, reason: JSONValue) async {
+        guard let dropped = try? await session.clear(ifAccessToken: sentToken) else { return }
+        stats.increment(.logouts)
+        let user = dropped.cacheUser
+        let removed = (try? await cache.invalidate(.user(user))) ?? 0
+        logger.info("session dropped", metadata: ["user": "\(dropped.userID ?? "-")", "reason": "\(reason.parameterText)",
+                                                  "entries_removed": "\(removed)"])
+        events.publish("session.logout", ["user": dropped.userID.map(JSONValue.string) ?? .null, "reason": reason])
+    }
+
+    private func applyWarning(code: Int, actions: Set<ConciergeConfig.WarningAction>, json: JSONValue?, p: Prepared, token: String?) async {
+        let message = p.config.envelope.message(json) ?? ""
+        if actions.contains(.log) {
+            logger.warning("warning code from upstream", metadata: ["code": "\(code)", "endpoint": "\(p.endpoint.name)", "msg": "\(message)"])
+        }
+        if actions.contains(.event) {
+            events.publish("warning", ["code": .int(Int64(code)), "endpoint": .string(p.endpoint.name), "msg": .string(message)])
+        }
+        if actions.contains(.logout) {
+            await logout(sentToken: token, reason: .int(Int64(code)))
+        }
+    }
+
+    private func markUpstream(_ name: String, down: Bool) {
+        let changed = upstreamDown.withLock { set -> Bool in
+            down ? set.insert(name).inserted : (set.remove(name) != nil)
+        }
+        if changed { events.publish(down ? "upstream.down" : "upstream.up", ["upstream": .string(name)]) }
+    }
+}
+
+extension ProxyPipeline.ExchangeOutcome {
+    init(result: ProxyPipeline.ExchangeResult, storable: ProxyPipeline.Storable?, _ unused: Void = ()) {
+        self.result = result
+        self.storable = storable
+    }
+}
+
+/// Concurrent misses on one key make one upstream call; the others wait for its result
+/// (SPEC §3 step 7). The call runs in its own task, so a waiter going away does not cancel
+/// it for the rest.
+final class MissCoalescer: Sendable {
+    private let inFlight = Mutex<[String: Task<ProxyPipeline.ExchangeResult, Never>]>([:])
+
+    func run(key: String, _ work: @escaping @Sendable () async -> ProxyPipeline.ExchangeResult) async -> ProxyPipeline.ExchangeResult {
+        let task = inFlight.withLock { map -> Task<ProxyPipeline.ExchangeResult, Never> in
+            if let existing = map[key] { return existing }
+            let task = Task {
+                let result = await work()
+                _ = self.inFlight.withLock { $0.removeValue(forKey: key) }
+                return result
+            }
+            map[key] = task
+            return task
+        }
+        return await task.value
+    }
+}

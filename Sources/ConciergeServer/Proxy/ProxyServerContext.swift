@@ -1,0 +1,71 @@
+import ConciergeCore
+import Foundation
+import Logging
+import NIOCore
+import NIOHTTP1
+import Synchronization
+
+/// What every proxy connection shares: the pipeline, Concierge's own routes under
+/// `/_concierge/`, the request log and the count of requests in flight (for a graceful
+/// shutdown).
+final class ProxyServerContext: Sendable {
+    let pipeline: ProxyPipeline
+    let runtime: Runtime
+    let requestLog: RequestLog
+    let ownRoutes: ConciergeRoutes
+    private let inFlight = Mutex(0)
+
+    init(pipeline: ProxyPipeline, requestLog: RequestLog) {
+        self.pipeline = pipeline
+        self.runtime = pipeline.runtime
+        self.requestLog = requestLog
+        let stats = pipeline.stats
+        let runtime = pipeline.runtime
+        self.ownRoutes = ConciergeRoutes(pipeline: pipeline) { incoming, reply, started in
+            let total = ContinuousClock.now - started
+            stats.recordRequest(endpoint: reply.endpoint, cache: reply.cacheStatus, status: reply.status, duration: total)
+            requestLog.log(incoming, reply, total: total, config: runtime.current)
+        }
+    }
+
+    var requestsInFlight: Int { inFlight.withLock { $0 } }
+
+    func fastReply(_ incoming: IncomingRequest) -> ProxyReply? {
+        if incoming.target.hasPrefix(ConciergeRoutes.prefix) { return nil }
+        return pipeline.fastReply(incoming)
+    }
+
+    func handle(_ incoming: IncomingRequest) async -> ProxyReply {
+        inFlight.withLock { $0 += 1 }
+        defer { inFlight.withLock { $0 -= 1 } }
+        if incoming.target.hasPrefix(ConciergeRoutes.prefix) {
+            return await ownRoutes.handle(incoming)
+        }
+        return await pipeline.handle(incoming)
+    }
+
+    /// Whether the request body is streamed to the upstream rather than buffered.
+    func streams(method: String, target: String) -> Bool {
+        if target.hasPrefix(ConciergeRoutes.prefix) { return false }
+        let path = target.firstIndex(of: "?").map { String(target[..<$0]) } ?? target
+        let endpoint = runtime.current.router.route(method: method, path: path)
+        return !endpoint.envelope && !endpoint.isCacheable
+    }
+
+    /// An absolute-form target turned into origin form, only when it names an upstream.
+    func originForm(_ uri: String) -> String? {
+        guard let components = URLComponents(string: uri), let host = components.host?.lowercased(),
+              let scheme = components.scheme?.lowercased() else { return nil }
+        let port = components.port ?? (scheme == "https" ? 443 : 80)
+        let known = runtime.current.config.upstreams.contains { $0.host.lowercased() == host && $0.port == port }
+        guard known else { return nil }
+        let path = components.percentEncodedPath.isEmpty ? "/" : components.percentEncodedPath
+        return components.percentEncodedQuery.map { "\(path)?\($0)" } ?? path
+    }
+
+    func log(_ incoming: IncomingRequest, _ reply: ProxyReply, started: ContinuousClock.Instant) {
+        let total = ContinuousClock.now - started
+        pipeline.stats.recordRequest(endpoint: reply.endpoint, cache: reply.cacheStatus, status: reply.status, duration: total)
+        requestLog.log(incoming, reply, total: total, config: runtime.current)
+    }
+}

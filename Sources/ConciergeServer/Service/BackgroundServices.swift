@@ -1,0 +1,79 @@
+import ConciergeStorage
+import Foundation
+import Logging
+import ServiceLifecycle
+import UnixSignals
+
+/// The single cache writer; on shutdown it commits what is queued, then ends.
+struct CacheWriterService: Service {
+    let cache: CacheStore
+    let logger: Logger
+
+    func run() async throws {
+        await withGracefulShutdownHandler {
+            await cache.run()
+        } onGracefulShutdown: {
+            cache.finish()
+        }
+        logger.debug("cache writer flushed and stopped")
+    }
+}
+
+/// Every 30 s: deletes expired and old-version entries, updates gauges and `STATUS=`.
+struct SweeperService: Service {
+    let daemon: ConciergeDaemon
+
+    func run() async throws {
+        let removed = await daemon.cache.sweep(currentVersions: daemon.runtime.current.cacheVersions)
+        if removed > 0 { daemon.logger.info("sweeper removed stale entries", metadata: ["removed": "\(removed)"]) }
+        while !Task.isShuttingDownGracefully {
+            try? await Task.sleep(for: .seconds(30))
+            if Task.isShuttingDownGracefully || Task.isCancelled { break }
+            let removed = await daemon.cache.sweep(currentVersions: daemon.runtime.current.cacheVersions)
+            if removed > 0 { daemon.logger.info("sweeper removed stale entries", metadata: ["removed": "\(removed)"]) }
+            daemon.refreshCacheGauges()
+            daemon.notifier.notify("STATUS=\(daemon.statusLine())")
+        }
+    }
+}
+
+/// `READY=1` once storage is open and both listeners are bound, `WATCHDOG=1` at half of
+/// `WATCHDOG_USEC`, `STOPPING=1` on shutdown.
+struct NotifierService: Service {
+    let daemon: ConciergeDaemon
+    let readiness: Readiness
+
+    func run() async throws {
+        let ports = await readiness.wait()
+        daemon.notifier.notify("READY=1\nSTATUS=\(daemon.statusLine())\nMAINPID=\(getpid())")
+        daemon.logger.info("ready", metadata: ["proxy_port": "\(ports.proxy)", "admin_port": "\(ports.admin.map(String.init) ?? "-")"])
+        await withGracefulShutdownHandler {
+            guard let interval = daemon.notifier.watchdogInterval else {
+                try? await gracefulShutdown()
+                return
+            }
+            while !Task.isShuttingDownGracefully && !Task.isCancelled {
+                daemon.notifier.notify("WATCHDOG=1")
+                try? await Task.sleep(for: interval)
+            }
+        } onGracefulShutdown: {
+            daemon.notifier.notify("STOPPING=1\nSTATUS=stopping")
+        }
+    }
+}
+
+/// SIGHUP → reload the configuration file.
+struct ReloadSignalService: Service {
+    let daemon: ConciergeDaemon
+
+    func run() async throws {
+        let signals = await UnixSignalsSequence(trapping: .sighup)
+        await withGracefulShutdownHandler {
+            for await _ in signals {
+                if Task.isShuttingDownGracefully { break }
+                _ = await daemon.reload()
+            }
+        } onGracefulShutdown: {}
+        _ = signals
+    }
+}

@@ -1,0 +1,261 @@
+import ConciergeCore
+import ConciergeStorage
+import Foundation
+import Hummingbird
+import Logging
+import NIOCore
+import NIOPosix
+import ServiceLifecycle
+import Synchronization
+
+/// The whole daemon: storage, session, pipeline, listeners, and the services that run
+/// them as one `ServiceGroup` (`concierge serve`).
+///
+/// Shutdown order (reverse of start): the proxy stops accepting and finishes requests in
+/// flight, then the admin listener, the sweeper and notifier stop, and last the cache
+/// writer commits what is queued before SQLite is closed.
+public final class ConciergeDaemon: Sendable {
+    public let runtime: Runtime
+    public let database: StorageDatabase
+    public let cache: CacheStore
+    public let session: SessionState
+    public let stats: ProxyStats
+    public let events: EventBus
+    public let client: UpstreamClient
+    public let pipeline: ProxyPipeline
+    public let configPath: String?
+    public let logger: Logger
+    let logSink: LogSink
+    let group: any EventLoopGroup
+    let notifier: SystemdNotifier
+    let hooks: HookDispatcher
+    private let readiness = Readiness()
+    private let groupHandle = Mutex<ServiceGroup?>(nil)
+    private let shutdownRequested = Mutex(false)
+
+    /// Opens storage and builds the pipeline; throws ``StorageError`` when the state path
+    /// is unusable.
+    public init(config: ConciergeConfig, configPath: String?, logSink: LogSink = .standardOutput,
+                environment: [String: String] = ProcessInfo.processInfo.environment) throws {
+        self.configPath = configPath
+        self.logSink = logSink
+        let journald = environment["JOURNAL_STREAM"].map { !$0.isEmpty } ?? false
+        let level = Self.level(config.log.level)
+        let format: ConciergeLogHandler.Format = config.log.format == .json ? .json : .text
+        func makeLogger(_ label: String) -> Logger {
+            Logger(label: label) { label in ConciergeLogHandler(label: label, level: level, format: format, journald: journald, sink: logSink) }
+        }
+        logger = makeLogger("concierge")
+        group = MultiThreadedEventLoopGroup.singleton
+        notifier = SystemdNotifier(environment: environment)
+        runtime = Runtime(config: config)
+        database = try StorageDatabase(path: config.storage.path, logger: logger)
+        cache = try CacheStore(database: database, maxBytes: config.storage.maxBytes, memoryBytes: config.storage.memoryBytes, logger: logger)
+        session = try SessionState(store: SessionStore(database: database), logger: logger)
+        stats = ProxyStats()
+        events = EventBus()
+        client = UpstreamClient(eventLoopGroup: group)
+        pipeline = ProxyPipeline(runtime: runtime, cache: cache, session: session, client: client, stats: stats, events: events, logger: logger)
+        hooks = HookDispatcher(runtime: runtime, client: client, logger: logger)
+        let hooks = self.hooks
+        events.addObserver { hooks.deliver($0) }
+        requestLogger = makeLogger("concierge.request")
+    }
+
+    let requestLogger: Logger
+
+    static func level(_ level: ConciergeConfig.Log.Level) -> Logger.Level {
+        switch level {
+        case .debug: return .debug
+        case .info: return .info
+        case .warning: return .warning
+        case .error: return .error
+        }
+    }
+
+    /// Ports actually bound (useful with port 0); waits until both listeners are up.
+    public func waitUntilReady() async -> (proxy: Int, admin: Int?) {
+        await readiness.wait()
+    }
+
+    /// Starts a graceful shutdown, as SIGTERM does.
+    public func shutdown() {
+        shutdownRequested.withLock { $0 = true }
+        if let group = groupHandle.withLock({ $0 }) {
+            Task { await group.triggerGracefulShutdown() }
+        }
+    }
+
+    /// Runs until SIGTERM/SIGINT (when `handleSignals`) or ``shutdown()``.
+    public func run(handleSignals: Bool = true) async throws {
+        let config = runtime.current.config
+        let context = ProxyServerContext(pipeline: pipeline, requestLog: RequestLog(logger: requestLogger))
+        guard case .tcp(let proxyHost, let proxyPort) = config.listen.proxy else { preconditionFailure("validated by the loader") }
+        let readiness = self.readiness
+        let proxy = ProxyListener(context: context, host: proxyHost, port: proxyPort, group: group, logger: logger) { readiness.proxyBound($0) }
+
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = []
+        func add(_ service: any Service) {
+            services.append(.init(service: service, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup))
+        }
+        add(CacheWriterService(cache: cache, logger: logger))
+        add(SweeperService(daemon: self))
+        add(NotifierService(daemon: self, readiness: readiness))
+        if handleSignals { add(ReloadSignalService(daemon: self)) }
+        if let admin = try makeAdminService() {
+            add(admin)
+        } else {
+            readiness.adminBound(nil)
+        }
+        add(proxy)
+        var configuration = ServiceGroupConfiguration(services: services, logger: logger)
+        if handleSignals { configuration.gracefulShutdownSignals = [.sigterm, .sigint] }
+        let serviceGroup = ServiceGroup(configuration: configuration)
+        groupHandle.withLock { $0 = serviceGroup }
+        if shutdownRequested.withLock({ $0 }) { await serviceGroup.triggerGracefulShutdown() }
+        defer { groupHandle.withLock { $0 = nil } }
+        do {
+            try await serviceGroup.run()
+        } catch {
+            await client.shutdown()
+            try? database.pool.close()
+            throw error
+        }
+        await client.shutdown()
+        events.closeAll()
+        try? database.pool.close()
+        logger.info("stopped")
+    }
+
+    /// The admin token from `admin.token`, `admin.token_file` or `CONCIERGE_ADMIN_TOKEN`.
+    public static func adminToken(_ config: ConciergeConfig) throws -> String? {
+        if let token = config.admin.token { return token }
+        if let file = config.admin.tokenFile {
+            let text: String
+            do { text = try String(contentsOfFile: file, encoding: .utf8) } catch {
+                throw StorageError(path: file, reason: "cannot read admin.token_file: \(error.localizedDescription)")
+            }
+            let token = text.trimmingCharacters(in: .whitespacesAndNewlines)
+            return token.isEmpty ? nil : token
+        }
+        return nil
+    }
+
+    private func makeAdminService() throws -> (any Service)? {
+        let config = runtime.current.config
+        guard let token = try Self.adminToken(config) else {
+            logger.error("admin listener not started: no admin token (set admin.token, admin.token_file or CONCIERGE_ADMIN_TOKEN)")
+            return nil
+        }
+        let router = AdminAPI(control: self, token: token).makeRouter()
+        let address: BindAddress
+        let socketPath: String?
+        switch config.listen.admin {
+        case .tcp(let host, let port):
+            address = .hostname(host, port: port)
+            socketPath = nil
+        case .unix(let path):
+            socketPath = path
+            unlink(path)
+            address = .unixDomainSocket(path: path)
+        }
+        let readiness = self.readiness
+        var adminLogger = logger
+        adminLogger.logLevel = max(logger.logLevel, .warning)
+        let logger = self.logger
+        return Application(router: router, configuration: .init(address: address, serverName: "concierge-admin"),
+                           onServerRunning: { channel in
+                               if let socketPath { chmod(socketPath, 0o600) }
+                               logger.info("admin listening", metadata: ["address": "\(socketPath.map { "unix:\($0)" } ?? "\(channel.localAddress?.description ?? "?")")"])
+                               readiness.adminBound(channel.localAddress?.port ?? 0)
+                           },
+                           eventLoopGroupProvider: .shared(group), logger: adminLogger)
+    }
+
+    // MARK: Control (admin API, signals)
+
+    public enum ReloadResult: Sendable {
+        case success(String)
+        case failure(ConfigError)
+    }
+
+    /// Re-reads the config file; an invalid file keeps the running config.
+    public func reload() async -> ReloadResult {
+        guard let configPath else {
+            return .failure(ConfigError(file: nil, issues: [ConfigIssue(path: "", line: nil, message: "no configuration file to reload (started without --config)")]))
+        }
+        notifier.notify("RELOADING=1\nMONOTONIC_USEC=\(Self.monotonicMicroseconds())")
+        defer { notifier.notify("READY=1\nSTATUS=\(statusLine())") }
+        do {
+            let config = try ConfigLoader.load(path: configPath)
+            let old = runtime.current.config
+            var notes: [String] = []
+            if config.listen.proxy != old.listen.proxy || config.listen.admin != old.listen.admin { notes.append("listen addresses change only on restart") }
+            if config.storage.path != old.storage.path { notes.append("storage.path changes only on restart") }
+            runtime.replace(with: config)
+            let message = "configuration reloaded from \(configPath)" + (notes.isEmpty ? "" : " (\(notes.joined(separator: "; ")))")
+            logger.info("\(message)")
+            return .success(message)
+        } catch {
+            logger.error("reload failed; the running configuration stays", metadata: ["error": "\(error.description)"])
+            return .failure(error)
+        }
+    }
+
+    static func monotonicMicroseconds() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return UInt64(ts.tv_sec) * 1_000_000 + UInt64(ts.tv_nsec) / 1000
+    }
+
+    func statusLine() -> String {
+        String(format: "%d requests, hit ratio %.1f%%, %d entries", stats.value(.requests), stats.hitRatio * 100, cache.entryCount)
+    }
+
+    func refreshCacheGauges() {
+        stats.setCacheSize(entries: cache.entryCount, bytes: cache.byteCount)
+    }
+
+    func sessionDescription() -> JSONValue {
+        guard let s = session.current else { return ["logged_in": false] }
+        return ["logged_in": true, "user_id": s.userID.map(JSONValue.string) ?? .null,
+                "access_token": .string(TokenMask.mask(s.accessToken)),
+                "refresh_token": s.refreshToken.map { .string(TokenMask.mask($0)) } ?? .null,
+                "set_at": .string(ISO8601DateFormatter().string(from: s.setAt))]
+    }
+}
+
+/// Collects the bound ports; `READY=1` waits on it.
+final class Readiness: Sendable {
+    private struct State {
+        var proxy: Int?
+        var admin: Int??
+        var waiters: [CheckedContinuation<(proxy: Int, admin: Int?), Never>] = []
+    }
+
+    private let state = Mutex(State())
+
+    func proxyBound(_ port: Int) { update { $0.proxy = port } }
+    func adminBound(_ port: Int?) { update { $0.admin = .some(port) } }
+
+    private func update(_ change: (inout State) -> Void) {
+        let (ready, waiters) = state.withLock { s -> ((Int, Int?)?, [CheckedContinuation<(proxy: Int, admin: Int?), Never>]) in
+            change(&s)
+            guard let proxy = s.proxy, let admin = s.admin else { return (nil, []) }
+            defer { s.waiters.removeAll() }
+            return ((proxy, admin), s.waiters)
+        }
+        if let ready { for w in waiters { w.resume(returning: ready) } }
+    }
+
+    func wait() async -> (proxy: Int, admin: Int?) {
+        await withCheckedContinuation { continuation in
+            let ready = state.withLock { s -> (Int, Int?)? in
+                if let proxy = s.proxy, let admin = s.admin { return (proxy, admin) }
+                s.waiters.append(continuation)
+                return nil
+            }
+            if let ready { continuation.resume(returning: ready) }
+        }
+    }
+}

@@ -1,0 +1,89 @@
+import ConciergeCore
+import Synchronization
+
+/// One loaded configuration with the pipeline steps built from it. Immutable: a reload
+/// builds a new one and swaps it in ``Runtime``.
+public final class RuntimeConfig: Sendable {
+    public let config: ConciergeConfig
+    public let router: EndpointRouter
+    public let commonParams: CommonParamsStep
+    public let loginGuard = LoginGuard()
+    public let injector: TokenInjector
+    public let envelope: EnvelopeReader
+    /// Volatile names plus the injected-token names: never in a cache key.
+    public let keyExclusions: Set<String>
+    public let tokenParamNames: Set<String>
+
+    public init(config: ConciergeConfig) {
+        self.config = config
+        router = EndpointRouter(endpoints: config.endpoints)
+        commonParams = CommonParamsStep(common: config.common)
+        injector = TokenInjector(points: config.session.inject)
+        envelope = EnvelopeReader(envelope: config.envelope)
+        tokenParamNames = injector.paramNames
+        keyExclusions = config.cache.volatileParams.union(injector.paramNames)
+    }
+
+    /// The signing settings that apply to an endpoint.
+    public func signer(for endpoint: EndpointPolicy) -> RequestSigner? {
+        switch endpoint.sign {
+        case .off: return nil
+        case .custom(let s): return RequestSigner(config: s)
+        case .inherit: return config.signing.map(RequestSigner.init)
+        }
+    }
+
+    /// Current cache version of each cacheable endpoint (for the sweeper).
+    public var cacheVersions: [String: Int] {
+        var out: [String: Int] = [:]
+        for e in config.endpoints { out[e.name] = e.cache.version ?? config.cache.version }
+        return out
+    }
+}
+
+/// The daemon's mutable run-time settings: the current configuration and environment.
+public final class Runtime: Sendable {
+    private struct State {
+        var config: RuntimeConfig
+        var environment: String
+    }
+
+    private let state: Mutex<State>
+
+    public init(config: ConciergeConfig) {
+        state = Mutex(State(config: RuntimeConfig(config: config), environment: config.environment))
+    }
+
+    public var current: RuntimeConfig { state.withLock { $0.config } }
+    public var environment: String { state.withLock { $0.environment } }
+
+    /// Both at once, consistent with each other.
+    public var snapshot: (config: RuntimeConfig, environment: String) {
+        state.withLock { ($0.config, $0.environment) }
+    }
+
+    /// Swaps in a reloaded config. The environment chosen at run time survives a reload
+    /// when the new file still has that upstream.
+    public func replace(with config: ConciergeConfig, keepEnvironment: Bool = true) {
+        state.withLock { s in
+            let keep = keepEnvironment && config.upstream(named: s.environment) != nil
+            s.config = RuntimeConfig(config: config)
+            if !keep { s.environment = config.environment }
+        }
+    }
+
+    /// Switches the default upstream; `false` when no upstream has that name.
+    public func setEnvironment(_ name: String) -> Bool {
+        state.withLock { s in
+            guard s.config.config.upstream(named: name) != nil else { return false }
+            s.environment = name
+            return true
+        }
+    }
+
+    /// The upstream an endpoint goes to right now.
+    public func upstream(for endpoint: EndpointPolicy, in snapshot: (config: RuntimeConfig, environment: String)) -> ConciergeConfig.Upstream {
+        let name = endpoint.upstream ?? snapshot.environment
+        return snapshot.config.config.upstream(named: name) ?? snapshot.config.config.upstreams[0]
+    }
+}

@@ -1,0 +1,126 @@
+import AsyncHTTPClient
+import ConciergeCore
+import Foundation
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+
+/// A request ready to go upstream: absolute URL, headers, body.
+public struct UpstreamRequest: Sendable {
+    public var method: String
+    public var url: String
+    public var headers: HTTPHeaders
+    public var body: Body
+    public var timeout: Duration
+
+    public enum Body: Sendable {
+        case none
+        case bytes(ByteBuffer)
+        case stream(AsyncStream<ByteBuffer>, length: Int?)
+    }
+}
+
+/// A buffered upstream reply.
+public struct UpstreamResponse: Sendable {
+    public var status: Int
+    public var headers: HTTPHeaders
+    public var body: ByteBuffer
+}
+
+/// Why an upstream call produced no usable reply.
+public enum UpstreamFailure: Error, Sendable, CustomStringConvertible {
+    case timeout
+    case unreachable(String)
+    case tooLarge
+
+    public var description: String {
+        switch self {
+        case .timeout: return "upstream timed out"
+        case .unreachable(let reason): return "upstream unreachable: \(reason)"
+        case .tooLarge: return "upstream reply too large"
+        }
+    }
+}
+
+/// The pooled AsyncHTTPClient every upstream call goes through.
+public final class UpstreamClient: Sendable {
+    public let http: HTTPClient
+
+    /// Headers that belong to one connection, never forwarded (RFC 9110 §7.6.1).
+    static let hopByHop: Set<String> = ["connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding",
+                                        "upgrade", "proxy-authenticate", "proxy-authorization"]
+
+    public init(eventLoopGroup: any EventLoopGroup) {
+        var configuration = HTTPClient.Configuration()
+        configuration.redirectConfiguration = .disallow
+        configuration.timeout = .init(connect: .seconds(5), read: nil)
+        configuration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 64)
+        configuration.decompression = .disabled
+        configuration.httpVersion = .http1Only
+        http = HTTPClient(eventLoopGroupProvider: .shared(eventLoopGroup), configuration: configuration)
+    }
+
+    public func shutdown() async {
+        try? await http.shutdown()
+    }
+
+    /// Sends a request and buffers the reply up to `maxBody` bytes.
+    public func send(_ request: UpstreamRequest, maxBody: Int) async throws(UpstreamFailure) -> UpstreamResponse {
+        let deadline = NIODeadline.now() + .nanoseconds(request.timeout.nanoseconds)
+        do {
+            let response = try await http.execute(makeRequest(request), deadline: deadline)
+            let body = try await response.body.collect(upTo: maxBody)
+            return UpstreamResponse(status: Int(response.status.code), headers: response.headers, body: body)
+        } catch {
+            throw Self.failure(error)
+        }
+    }
+
+    /// Sends a request and hands back the reply with its body still streaming.
+    public func stream(_ request: UpstreamRequest) async throws(UpstreamFailure) -> HTTPClientResponse {
+        let deadline = NIODeadline.now() + .nanoseconds(request.timeout.nanoseconds)
+        do {
+            return try await http.execute(makeRequest(request), deadline: deadline)
+        } catch {
+            throw Self.failure(error)
+        }
+    }
+
+    static func failure(_ error: any Error) -> UpstreamFailure {
+        if let e = error as? HTTPClientError {
+            if e == .deadlineExceeded || e == .readTimeout || e == .writeTimeout { return .timeout }
+            if e == .connectTimeout { return .unreachable("connect timeout") }
+        }
+        if error is NIOTooManyBytesError { return .tooLarge }
+        if error is CancellationError { return .unreachable("cancelled") }
+        return .unreachable("\(error)")
+    }
+
+    func makeRequest(_ request: UpstreamRequest) -> HTTPClientRequest {
+        var r = HTTPClientRequest(url: request.url)
+        r.method = HTTPMethod(rawValue: request.method)
+        r.headers = request.headers
+        switch request.body {
+        case .none: break
+        case .bytes(let buffer): r.body = .bytes(buffer)
+        case .stream(let stream, let length):
+            r.body = .stream(stream, length: length.map { .known(Int64($0)) } ?? .unknown)
+        }
+        return r
+    }
+
+    /// Copies end-to-end headers, dropping hop-by-hop ones and those `Connection` names.
+    static func endToEnd(_ headers: HTTPHeaders, dropping extra: Set<String> = []) -> HTTPHeaders {
+        var named = Set<String>()
+        for value in headers["connection"] {
+            for token in value.split(separator: ",") { named.insert(token.trimmingCharacters(in: .whitespaces).lowercased()) }
+        }
+        var out = HTTPHeaders()
+        for (name, value) in headers {
+            let lower = name.lowercased()
+            if hopByHop.contains(lower) || named.contains(lower) || extra.contains(lower) { continue }
+            out.add(name: name, value: value)
+        }
+        return out
+    }
+}
