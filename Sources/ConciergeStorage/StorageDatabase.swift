@@ -82,10 +82,12 @@ public final class StorageDatabase: Sendable {
         configuration.maximumReaderCount = 4
         configuration.prepareDatabase { db in
             try db.execute(sql: "PRAGMA synchronous = NORMAL")
+        }
+        let pool = try DatabasePool(path: path, configuration: configuration)
+        try pool.writeWithoutTransaction { db in
             // Effective only on a new, empty file: lets eviction give pages back to the OS.
             try db.execute(sql: "PRAGMA auto_vacuum = INCREMENTAL")
         }
-        let pool = try DatabasePool(path: path, configuration: configuration)
         try pool.write { db in
             let result = try String.fetchOne(db, sql: "PRAGMA quick_check") ?? "unknown"
             if result != "ok" { throw DatabaseError(resultCode: .SQLITE_CORRUPT, message: "quick_check: \(result)") }

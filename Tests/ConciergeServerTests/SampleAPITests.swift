@@ -39,13 +39,13 @@ struct SampleAPITests {
 
     func send(
         _ api: RunningSampleAPI,
-        _ method: HTTPMethod,
+        _ method: String,
         _ pathAndQuery: String,
         headers: [(String, String)] = [],
         body: HTTPClientRequest.Body? = nil
     ) async throws -> Reply {
         var request = HTTPClientRequest(url: "http://127.0.0.1:\(api.port)\(pathAndQuery)")
-        request.method = method
+        request.method = .init(rawValue: method)
         for (name, value) in headers { request.headers.add(name: name, value: value) }
         request.body = body
         let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
@@ -60,7 +60,7 @@ struct SampleAPITests {
     let formHeader = [("Content-Type", "application/x-www-form-urlencoded")]
 
     func login(_ api: RunningSampleAPI, user: String = "alice") async throws -> (access: String, refresh: String) {
-        let reply = try await send(api, .POST, "/api/login", headers: formHeader, body: form("username=\(user)&password=pw"))
+        let reply = try await send(api, "POST", "/api/login", headers: formHeader, body: form("username=\(user)&password=pw"))
         #expect(reply.code == 200)
         #expect(reply.result["userId"] as? String == user)
         let access = try #require(reply.result["accessToken"] as? String)
@@ -70,24 +70,24 @@ struct SampleAPITests {
 
     @Test func loginThenUserInfoWithTokenInQueryHeaderOrMissing() async throws {
         try await withSampleAPI { api in
-            let bad = try await send(api, .POST, "/api/login", headers: formHeader, body: form("username=alice&password="))
+            let bad = try await send(api, "POST", "/api/login", headers: formHeader, body: form("username=alice&password="))
             #expect(bad.code == 1001)
             #expect(bad.json["msg"] as? String == "bad credentials")
 
             let tokens = try await login(api)
             #expect(tokens.access.hasPrefix("at-") && tokens.refresh.hasPrefix("rt-"))
 
-            let viaQuery = try await send(api, .GET, "/api/user/info?accessToken=\(tokens.access)")
+            let viaQuery = try await send(api, "GET", "/api/user/info?accessToken=\(tokens.access)")
             #expect(viaQuery.status == 200)
             #expect(viaQuery.headers["content-type"] == "application/json")
             #expect(viaQuery.code == 200)
             #expect(viaQuery.result["userId"] as? String == "alice")
 
             let viaHeader = try await send(
-                api, .GET, "/api/user/info", headers: [("Authorization", "Bearer \(tokens.access)")])
+                api, "GET", "/api/user/info", headers: [("Authorization", "Bearer \(tokens.access)")])
             #expect(viaHeader.code == 200)
 
-            let missing = try await send(api, .GET, "/api/user/info")
+            let missing = try await send(api, "GET", "/api/user/info")
             #expect(missing.code == 800)
 
             #expect(api.state.calls("/api/user/info") == 3)
@@ -105,30 +105,30 @@ struct SampleAPITests {
         try await withSampleAPI { api in
             let tokens = try await login(api)
             api.state.expireAllAccessTokens()
-            let expired = try await send(api, .GET, "/api/user/info?accessToken=\(tokens.access)")
+            let expired = try await send(api, "GET", "/api/user/info?accessToken=\(tokens.access)")
             #expect(expired.code == 801)
 
             let refreshed = try await send(
-                api, .POST, "/api/token/refresh", headers: [("Content-Type", "application/json")],
+                api, "POST", "/api/token/refresh", headers: [("Content-Type", "application/json")],
                 body: .bytes(Array(#"{"refreshToken": "\#(tokens.refresh)"}"#.utf8)))
             #expect(refreshed.code == 200)
             let newAccess = try #require(refreshed.result["accessToken"] as? String)
             let newRefresh = try #require(refreshed.result["refreshToken"] as? String)
             #expect(newAccess != tokens.access && newRefresh != tokens.refresh)
 
-            let works = try await send(api, .GET, "/api/user/info?accessToken=\(newAccess)")
+            let works = try await send(api, "GET", "/api/user/info?accessToken=\(newAccess)")
             #expect(works.code == 200)
 
             let reused = try await send(
-                api, .POST, "/api/token/refresh", headers: formHeader, body: form("refreshToken=\(tokens.refresh)"))
+                api, "POST", "/api/token/refresh", headers: formHeader, body: form("refreshToken=\(tokens.refresh)"))
             #expect(reused.code == 810)
             #expect(api.state.refreshCalls == 2)
 
             api.state.revokeAllSessions()
-            let revoked = try await send(api, .GET, "/api/user/info?accessToken=\(newAccess)")
+            let revoked = try await send(api, "GET", "/api/user/info?accessToken=\(newAccess)")
             #expect(revoked.code == 802)
             let refreshRevoked = try await send(
-                api, .POST, "/api/token/refresh", headers: formHeader, body: form("refreshToken=\(newRefresh)"))
+                api, "POST", "/api/token/refresh", headers: formHeader, body: form("refreshToken=\(newRefresh)"))
             #expect(refreshRevoked.code == 810)
         }
     }
@@ -136,32 +136,32 @@ struct SampleAPITests {
     @Test func accessTokenExpiresAfterTTL() async throws {
         try await withSampleAPI(.init(accessTokenTTL: .milliseconds(200))) { api in
             let tokens = try await login(api)
-            #expect(try await send(api, .GET, "/api/user/info?accessToken=\(tokens.access)").code == 200)
+            #expect(try await send(api, "GET", "/api/user/info?accessToken=\(tokens.access)").code == 200)
             try await Task.sleep(for: .milliseconds(300))
-            #expect(try await send(api, .GET, "/api/user/info?accessToken=\(tokens.access)").code == 801)
+            #expect(try await send(api, "GET", "/api/user/info?accessToken=\(tokens.access)").code == 801)
         }
     }
 
     @Test func rangedDownloadServesTheRightBytes() async throws {
         try await withSampleAPI { api in
             let size = 200_000
-            let whole = try await send(api, .GET, "/api/download/file.bin?size=\(size)")
+            let whole = try await send(api, "GET", "/api/download/file.bin?size=\(size)")
             #expect(whole.status == 200)
             #expect(whole.headers["accept-ranges"] == "bytes")
             #expect(whole.body == (0..<size).map { UInt8($0 % 251) })
 
             let middle = try await send(
-                api, .GET, "/api/download/file.bin?size=\(size)", headers: [("Range", "bytes=70000-70009")])
+                api, "GET", "/api/download/file.bin?size=\(size)", headers: [("Range", "bytes=70000-70009")])
             #expect(middle.status == 206)
             #expect(middle.headers["content-range"] == "bytes 70000-70009/\(size)")
             #expect(middle.body == (70000...70009).map { UInt8($0 % 251) })
 
-            let suffix = try await send(api, .GET, "/api/download/file.bin?size=\(size)", headers: [("Range", "bytes=-5")])
+            let suffix = try await send(api, "GET", "/api/download/file.bin?size=\(size)", headers: [("Range", "bytes=-5")])
             #expect(suffix.status == 206)
             #expect(suffix.body == ((size - 5)..<size).map { UInt8($0 % 251) })
 
             let outside = try await send(
-                api, .GET, "/api/download/file.bin?size=\(size)", headers: [("Range", "bytes=\(size)-")])
+                api, "GET", "/api/download/file.bin?size=\(size)", headers: [("Range", "bytes=\(size)-")])
             #expect(outside.status == 416)
             #expect(outside.headers["content-range"] == "bytes */\(size)")
         }
@@ -170,7 +170,7 @@ struct SampleAPITests {
     @Test func uploadIsHashedWhileStreaming() async throws {
         try await withSampleAPI { api in
             let payload = (0..<3_000_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
-            let reply = try await send(api, .POST, "/api/upload", body: .bytes(payload, length: .unknown))
+            let reply = try await send(api, "POST", "/api/upload", body: .bytes(payload, length: .unknown))
             #expect(reply.code == 200)
             #expect(reply.data["size"] as? Int == payload.count)
             let expected = SHA256.hash(data: payload).map { String(format: "%02x", $0) }.joined()
@@ -187,12 +187,12 @@ struct SampleAPITests {
             let hex = mac.map { String(format: "%02x", $0) }.joined()
             let query = "timestamp=1700000000&a=2&nonce=n%201&a=1"
 
-            let good = try await send(api, .GET, "/api/signed?\(query)&signature=\(hex)")
+            let good = try await send(api, "GET", "/api/signed?\(query)&signature=\(hex)")
             #expect(good.code == 200)
             #expect(good.data["algorithm"] as? String == "hmac-sha256")
             #expect(good.data["encoding"] as? String == "hex")
 
-            let bad = try await send(api, .GET, "/api/signed?\(query)&signature=deadbeef")
+            let bad = try await send(api, "GET", "/api/signed?\(query)&signature=deadbeef")
             #expect(bad.code == 1003)
             #expect(bad.json["msg"] as? String == "bad signature: expected over \(canonical)")
         }
@@ -200,10 +200,10 @@ struct SampleAPITests {
 
     @Test func shutdownStopsListening() async throws {
         let api = try await SampleAPI.start()
-        #expect(try await send(api, .GET, "/api/items?limit=2").data["total"] as? Int == 1000)
+        #expect(try await send(api, "GET", "/api/items?limit=2").data["total"] as? Int == 1000)
         await api.shutdown()
         await #expect(throws: (any Error).self) {
-            _ = try await send(api, .GET, "/api/items")
+            _ = try await send(api, "GET", "/api/items")
         }
     }
 }

@@ -122,7 +122,9 @@ final class ProxyHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             return
         }
         let started = ContinuousClock.now
-        if server.streams(method: head.method.rawValue, target: head.uri) {
+        let hasBody = (head.headers.first(name: "content-length").flatMap(Int.init) ?? 0) > 0
+            || head.headers["transfer-encoding"].contains { $0.lowercased().contains("chunked") }
+        if hasBody, server.streams(method: head.method.rawValue, target: head.uri) {
             let (stream, continuation) = AsyncStream.makeStream(of: ByteBuffer.self)
             state = .streaming(head, continuation)
             let length = head.headers.first(name: "content-length").flatMap(Int.init)

@@ -1,0 +1,214 @@
+import ArgumentParser
+import AsyncHTTPClient
+import ConciergeCore
+import Foundation
+import NIOCore
+import NIOHTTP1
+
+/// Options every admin client shares: where the daemon's admin API is and its token.
+struct AdminOptions: ParsableArguments {
+    @Option(help: "Configuration file to read the admin address and token from (default: /etc/concierge/concierge.yaml).")
+    var config: String?
+
+    @Option(help: "Admin address, overriding the config (host:port or unix:/path).")
+    var admin: String?
+
+    @Option(help: "Admin token, overriding the config (or set CONCIERGE_ADMIN_TOKEN).")
+    var token: String?
+
+    @Flag(help: "Print the raw JSON reply.")
+    var json = false
+}
+
+/// A small client of the admin API used by the CLI subcommands.
+struct AdminClient {
+    let baseURL: String
+    let token: String?
+
+    init(_ options: AdminOptions) throws {
+        var address = options.admin
+        var token = options.token ?? ProcessInfo.processInfo.environment["CONCIERGE_ADMIN_TOKEN"]
+        let path = options.config ?? (FileManager.default.fileExists(atPath: ConfigSource.systemPath) ? ConfigSource.systemPath : nil)
+        if let path {
+            do {
+                let config = try ConfigLoader.load(path: path)
+                if address == nil { address = "\(config.listen.admin)" }
+                if token == nil {
+                    token = config.admin.token
+                    if token == nil, let file = config.admin.tokenFile {
+                        token = (try? String(contentsOfFile: file, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+                        if token == nil { printError("concierge: cannot read admin token file \(file) (run as root or pass --token)") }
+                    }
+                }
+            } catch {
+                printError(error.description)
+                throw ExitCode(ConfigError.exitCode)
+            }
+        }
+        let spec = SocketAddressSpec.parse(address ?? "127.0.0.1:8081") ?? .tcp(host: "127.0.0.1", port: 8081)
+        switch spec {
+        case .tcp(let host, let port): baseURL = "http://\(host.contains(":") ? "[\(host)]" : host):\(port)"
+        case .unix(let path): baseURL = "http+unix://\(path.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? path)"
+        }
+        self.token = token
+    }
+
+    /// Sends a request; exits 69 (unavailable) when the daemon is down, 77 on a bad token.
+    func send(_ method: HTTPMethod, _ path: String, body: JSONValue? = nil) async throws -> JSONValue {
+        var request = HTTPClientRequest(url: baseURL + path)
+        request.method = method
+        if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
+        if let body {
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.body = .bytes(ByteBuffer(bytes: body.serializedBytes))
+        }
+        let client = HTTPClient(eventLoopGroupProvider: .singleton)
+        defer { _ = client.shutdown() }
+        let response: HTTPClientResponse
+        let bytes: ByteBuffer
+        do {
+            response = try await client.execute(request, timeout: .seconds(30))
+            bytes = try await response.body.collect(upTo: 64 << 20)
+        } catch {
+            try? await client.shutdown()
+            printError("concierge: cannot reach the admin API at \(baseURL): \(error)")
+            throw ExitCode(69)  // EX_UNAVAILABLE
+        }
+        try? await client.shutdown()
+        let json = JSONValue.parse(bytes.readableBytesView) ?? .string(String(buffer: bytes))
+        if response.status == .unauthorized {
+            printError("concierge: the admin API refused the token (401); check admin.token / --token")
+            throw ExitCode(77)  // EX_NOPERM
+        }
+        if response.status.code >= 400 {
+            printError("concierge: \(json[path: "error"]?.parameterText ?? json.serialized) (HTTP \(response.status.code))")
+            throw ExitCode(1)
+        }
+        return json
+    }
+}
+
+func printJSON(_ value: JSONValue) {
+    print(value.serialized)
+}
+
+struct InvalidateCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "invalidate", abstract: "Remove cached entries.")
+    @OptionGroup var options: AdminOptions
+    @Option(help: "Regular expression searched in the cache keys.") var pattern: String?
+    @Option(help: "Endpoint name whose entries to remove.") var endpoint: String?
+    @Flag(help: "Remove every entry.") var all = false
+
+    func validate() throws {
+        let given = [pattern != nil, endpoint != nil, all].filter { $0 }.count
+        guard given == 1 else { throw ValidationError("give exactly one of --pattern, --endpoint or --all") }
+    }
+
+    func run() async throws {
+        let body: JSONValue = pattern.map { ["pattern": .string($0)] } ?? endpoint.map { ["endpoint": .string($0)] } ?? ["all": true]
+        let reply = try await AdminClient(options).send(.POST, "/cache/invalidate", body: body)
+        if options.json { printJSON(reply) } else { print("removed \(reply[path: "removed"]?.parameterText ?? "?") entries") }
+    }
+}
+
+struct StatsCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "stats", abstract: "Show request and cache counters.")
+    @OptionGroup var options: AdminOptions
+
+    func run() async throws {
+        let reply = try await AdminClient(options).send(.GET, "/stats")
+        if options.json { printJSON(reply); return }
+        guard case .object(let members) = reply else { printJSON(reply); return }
+        for key in members.keys.sorted() { print("\(key.padding(toLength: 16, withPad: " ", startingAt: 0)) \(members[key]!.parameterText)") }
+    }
+}
+
+struct EntriesCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "entries", abstract: "List cached entries.")
+    @OptionGroup var options: AdminOptions
+    @Option(help: "Only keys matching this regular expression.") var pattern: String?
+    @Option(help: "Entries per page.") var limit = 50
+    @Option(help: "Continue after this cursor (printed at the end of a page).") var cursor: String?
+
+    func run() async throws {
+        var query = "limit=\(limit)"
+        if let pattern { query += "&pattern=\(QueryString.percentEncode(pattern))" }
+        if let cursor { query += "&cursor=\(QueryString.percentEncode(cursor))" }
+        let reply = try await AdminClient(options).send(.GET, "/cache/entries?\(query)")
+        if options.json { printJSON(reply); return }
+        if case .array(let entries)? = reply[path: "entries"] {
+            for e in entries {
+                print("\(e[path: "key"]?.parameterText ?? "")  endpoint=\(e[path: "endpoint"]?.parameterText ?? "-") size=\(e[path: "size"]?.parameterText ?? "-") age=\(e[path: "age"]?.parameterText ?? "-")s ttl=\(e[path: "ttl"]?.parameterText ?? "-")s")
+            }
+            print("\(entries.count) entries")
+        }
+        if let next = reply[path: "next"]?.stringValue { print("more: --cursor '\(next)'") }
+    }
+}
+
+struct SessionCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "session", abstract: "Show, set or clear the session.",
+                                                    subcommands: [Show.self, Set.self, Clear.self], defaultSubcommand: Show.self)
+
+    struct Show: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Show the session (tokens masked).")
+        @OptionGroup var options: AdminOptions
+        func run() async throws {
+            let reply = try await AdminClient(options).send(.GET, "/session")
+            if options.json { printJSON(reply); return }
+            if reply[path: "logged_in"] == .bool(true) {
+                print("logged in as \(reply[path: "user_id"]?.parameterText ?? "?") since \(reply[path: "set_at"]?.parameterText ?? "?") (access token \(reply[path: "access_token"]?.parameterText ?? "-"))")
+            } else {
+                print("not logged in")
+            }
+        }
+    }
+
+    struct Set: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Set tokens by hand.")
+        @OptionGroup var options: AdminOptions
+        @Option(help: "Access token.") var accessToken: String
+        @Option(help: "Refresh token.") var refreshToken: String?
+        @Option(help: "User id.") var userId: String?
+        func run() async throws {
+            var body: [String: JSONValue] = ["access_token": .string(accessToken)]
+            if let refreshToken { body["refresh_token"] = .string(refreshToken) }
+            if let userId { body["user_id"] = .string(userId) }
+            let reply = try await AdminClient(options).send(.PUT, "/session", body: .object(body))
+            if options.json { printJSON(reply) } else { print("session set for \(reply[path: "user_id"]?.parameterText ?? "?")") }
+        }
+    }
+
+    struct Clear: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Log out.")
+        @OptionGroup var options: AdminOptions
+        func run() async throws {
+            let reply = try await AdminClient(options).send(.DELETE, "/session")
+            if options.json { printJSON(reply) } else { print(reply[path: "logged_out"] == .bool(true) ? "logged out" : "there was no session") }
+        }
+    }
+}
+
+struct EnvCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "env", abstract: "Show or switch the upstream environment.",
+                                                    subcommands: [Show.self, Set.self], defaultSubcommand: Show.self)
+
+    struct Show: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Show the current environment.")
+        @OptionGroup var options: AdminOptions
+        func run() async throws {
+            let reply = try await AdminClient(options).send(.GET, "/environment")
+            if options.json { printJSON(reply) } else { print(reply[path: "environment"]?.parameterText ?? "?") }
+        }
+    }
+
+    struct Set: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Switch the environment (an upstream name).")
+        @OptionGroup var options: AdminOptions
+        @Argument(help: "Upstream name, e.g. debug or release.") var name: String
+        func run() async throws {
+            let reply = try await AdminClient(options).send(.PUT, "/environment", body: ["environment": .string(name)])
+            if options.json { printJSON(reply) } else { print("environment: \(reply[path: "environment"]?.parameterText ?? "?")") }
+        }
+    }
+}
