@@ -6,9 +6,11 @@ public struct RunningSampleAPI: Sendable {
     public let state: SampleAPIState
 
     let serverTask: Task<Void, any Error>
+    let logMuteSwitch: ShutdownMutingLogHandler.Switch
 
     /// Stops the server; returns once it no longer runs.
     public func shutdown() async {
+        logMuteSwitch.mute()
         serverTask.cancel()
         _ = await serverTask.result
     }

@@ -22,13 +22,14 @@ public enum SampleAPI {
         logger: Logger? = nil
     ) async throws -> RunningSampleAPI {
         let state = SampleAPIState()
+        let muteSwitch = ShutdownMutingLogHandler.Switch()
         let (boundPorts, boundPortContinuation) = AsyncStream.makeStream(of: Int.self)
         let application = makeApplication(
             host: host,
             port: port,
             state: state,
             configuration: configuration,
-            logger: logger ?? quietLogger(),
+            logger: ShutdownMutingLogHandler.logger(wrapping: logger ?? quietLogger(), muteSwitch: muteSwitch),
             onListening: { boundPort in
                 boundPortContinuation.yield(boundPort)
                 boundPortContinuation.finish()
@@ -43,7 +44,7 @@ public enum SampleAPI {
             try await serverTask.value  // rethrows the bind error, if any
             throw StartError.serverStoppedBeforeListening
         }
-        return RunningSampleAPI(port: boundPort, state: state, serverTask: serverTask)
+        return RunningSampleAPI(port: boundPort, state: state, serverTask: serverTask, logMuteSwitch: muteSwitch)
     }
 
     /// Runs the API in the foreground until SIGINT or SIGTERM.

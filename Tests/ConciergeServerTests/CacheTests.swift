@@ -1,0 +1,166 @@
+import ConciergeCore
+import ConciergeTestSupport
+import Foundation
+import NIOHTTP1
+import Testing
+
+/// The cache through the whole daemon (SPEC §3 steps 6, 7, 11; §6), against the counting
+/// sample API.
+@Suite("Cache")
+struct CacheTests {
+    @Test("a first request is a MISS and stored, the second a HIT with Age and Cache-Status, the upstream is called once")
+    func missThenHit() async throws {
+        try await ConciergeTestRig.with { rig in
+            let first = try await rig.get("/api/items?limit=2")
+            #expect(first.header("X-Cache") == "MISS")
+            #expect(first.header("Cache-Status") == "concierge; fwd=miss; stored")
+            let second = try await rig.get("/api/items?limit=2")
+            #expect(second.header("X-Cache") == "HIT")
+            #expect(second.header("Cache-Status")?.hasPrefix("concierge; hit; ttl=") == true)
+            #expect(second.header("Age") == "0")
+            #expect(second.text == first.text)
+            #expect(rig.api.state.calls("/api/items") == 1)
+        }
+    }
+
+    @Test("an entry expires after its TTL")
+    func ttlExpiry() async throws {
+        try await ConciergeTestRig.with(endpoints: "- name: items\n  match: GET /api/items\n  cache: { ttl: 1s }") { rig in
+            _ = try await rig.get("/api/items")
+            #expect(try await rig.get("/api/items").header("X-Cache") == "HIT")
+            try await Task.sleep(for: .milliseconds(1100))
+            #expect(try await rig.get("/api/items").header("X-Cache") == "MISS")
+            #expect(rig.api.state.calls("/api/items") == 2)
+        }
+    }
+
+    @Test("parameter order does not matter and a volatile timestamp is ignored")
+    func canonicalParams() async throws {
+        try await ConciergeTestRig.with { rig in
+            _ = try await rig.get("/api/items?b=2&a=1&timestamp=1")
+            let reordered = try await rig.get("/api/items?a=1&b=2&timestamp=99")
+            #expect(reordered.header("X-Cache") == "HIT")
+            #expect(rig.api.state.calls("/api/items") == 1)
+            let entries = try await rig.admin(.GET, "/cache/entries")
+            let key = entries.json?[path: "entries.0.key"]?.stringValue
+            #expect(key == "GET http://127.0.0.1:\(rig.api.port)/api/items?a=1&app_version=1.4.0&b=2&platform=linux v=1")
+        }
+    }
+
+    @Test("POST form params are part of the key and POST replies are cached")
+    func postFormCached() async throws {
+        try await ConciergeTestRig.with { rig in
+            _ = try await rig.post("/api/items", form: "limit=3&offset=1")
+            #expect(try await rig.post("/api/items", form: "offset=1&limit=3").header("X-Cache") == "HIT")
+            #expect(try await rig.post("/api/items", form: "offset=2&limit=3").header("X-Cache") == "MISS")
+            #expect(rig.api.state.calls("/api/items") == 2)
+        }
+    }
+
+    @Test("logical failures, non-JSON, empty, 5xx and no-store replies are never cached")
+    func failuresNeverCached() async throws {
+        try await ConciergeTestRig.with { rig in
+            for path in ["/api/business-error", "/api/nonjson", "/api/empty", "/api/fail", "/api/nostore"] {
+                _ = try await rig.get(path)
+                let again = try await rig.get(path)
+                #expect(again.header("X-Cache") == "MISS", "\(path)")
+                #expect(rig.api.state.calls(path) == 2, "\(path)")
+            }
+            #expect(try await rig.admin(.GET, "/stats").json?[path: "entries"] == .int(0))
+        }
+    }
+
+    @Test("Cache-Control: no-cache and X-Concierge-Cache: bypass skip the lookup and store the fresh reply")
+    func bypass() async throws {
+        try await ConciergeTestRig.with { rig in
+            _ = try await rig.get("/api/items")
+            let bypassed = try await rig.get("/api/items", headers: [("Cache-Control", "no-cache")])
+            #expect(bypassed.header("X-Cache") == "BYPASS")
+            #expect(bypassed.json?[path: "data.served"] == .int(2))
+            let hit = try await rig.get("/api/items")
+            #expect(hit.header("X-Cache") == "HIT")
+            #expect(hit.json?[path: "data.served"] == .int(2))
+            #expect(try await rig.get("/api/items", headers: [("X-Concierge-Cache", "bypass")]).header("X-Cache") == "BYPASS")
+            #expect(rig.api.state.calls("/api/items") == 3)
+        }
+    }
+
+    @Test("50 concurrent identical misses make exactly one upstream call and all get the reply")
+    func coalescing() async throws {
+        try await ConciergeTestRig.with(endpoints: "- name: slow\n  match: GET /api/slow\n  cache: { ttl: 60s }") { rig in
+            let replies = try await withThrowingTaskGroup(of: TestResponse.self) { group in
+                for _ in 0..<50 { group.addTask { try await rig.get("/api/slow?ms=300") } }
+                var all: [TestResponse] = []
+                for try await r in group { all.append(r) }
+                return all
+            }
+            #expect(replies.count == 50)
+            #expect(replies.allSatisfy { $0.status == 200 && $0.code == 200 })
+            #expect(rig.api.state.calls("/api/slow") == 1)
+        }
+    }
+
+    @Test("within stale-while-revalidate an expired entry is served at once and refreshed in the background, once")
+    func staleWhileRevalidate() async throws {
+        try await ConciergeTestRig.with(endpoints: "- name: items\n  match: GET /api/items\n  cache: { ttl: 1s, stale_while_revalidate: 30s }") { rig in
+            _ = try await rig.get("/api/items")
+            try await Task.sleep(for: .milliseconds(1100))
+            let stale = try await rig.get("/api/items")
+            #expect(stale.header("X-Cache") == "STALE")
+            #expect(stale.json?[path: "data.served"] == .int(1))
+            _ = try await rig.get("/api/items")
+            #expect(await eventually { rig.api.state.calls("/api/items") == 2 })
+            let fresh = try await rig.get("/api/items")
+            #expect(fresh.header("X-Cache") == "HIT")
+            #expect(fresh.json?[path: "data.served"] == .int(2))
+            try await Task.sleep(for: .milliseconds(200))
+            #expect(rig.api.state.calls("/api/items") == 2)
+        }
+    }
+
+    @Test("within stale-if-error an expired entry is served when the upstream fails; past it the unavailable reply")
+    func staleIfError() async throws {
+        try await ConciergeTestRig.with(endpoints: "- name: items\n  match: GET /api/items\n  cache: { ttl: 1s, stale_if_error: 1h }") { rig in
+            _ = try await rig.get("/api/items")
+            try await Task.sleep(for: .milliseconds(1100))
+            await rig.api.shutdown()
+            let stale = try await rig.get("/api/items")
+            #expect(stale.status == 200)
+            #expect(stale.header("X-Cache") == "STALE")
+            #expect(stale.json?[path: "data.served"] == .int(1))
+            let other = try await rig.get("/api/items?limit=1")
+            #expect(other.status == 502)
+        }
+    }
+
+    @Test("entries survive a restart (SQLite is the source of truth) and a version bump drops them")
+    func survivesRestartAndVersionBump() async throws {
+        let rig = try await ConciergeTestRig.start()
+        _ = try await rig.get("/api/items?limit=4")
+        let restarted = try await rig.restart()
+        let hit = try await restarted.get("/api/items?limit=4")
+        #expect(hit.header("X-Cache") == "HIT")
+        #expect(restarted.api.state.calls("/api/items") == 1)
+        let bumped = try await restarted.restart { $0.replacingOccurrences(of: "log:\n", with: "cache:\n  version: 2\nlog:\n") }
+        #expect(try await bumped.get("/api/items?limit=4").header("X-Cache") == "MISS")
+        #expect(await eventually(.seconds(5)) { (try? await bumped.admin(.GET, "/cache/entries"))?.json?[path: "entries"]?.serialized.contains("v=1") == false })
+        await bumped.stop()
+    }
+
+    @Test("user-scoped entries: user A's entry is never served to user B")
+    func userScope() async throws {
+        try await ConciergeTestRig.with { rig in
+            try await rig.login("alice")
+            let a = try await rig.get("/api/user/info")
+            #expect(a.json?[path: "data.result.userId"] == "alice")
+            try await rig.login("bob")
+            let b = try await rig.get("/api/user/info")
+            #expect(b.header("X-Cache") == "MISS")
+            #expect(b.json?[path: "data.result.userId"] == "bob")
+            let keys = try await rig.admin(.GET, "/cache/entries").json?[path: "entries"]?.serialized ?? ""
+            #expect(keys.contains("user=alice"))
+            #expect(keys.contains("user=bob"))
+            #expect(!keys.contains("at-"))
+        }
+    }
+}
