@@ -70,6 +70,8 @@ public enum TestConfig {
         """
 
     public static func yaml(apiPort: Int, directory: String, endpoints: String, extra: String) -> String {
+        var endpoints = endpoints
+        if !endpoints.contains("name: login") { endpoints += "\n- name: login\n  match: POST /api/login" }
         let indented = endpoints.split(separator: "\n", omittingEmptySubsequences: false).map { "  " + $0 }.joined(separator: "\n")
         var sections = """
             listen:

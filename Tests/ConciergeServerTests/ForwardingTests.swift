@@ -109,9 +109,13 @@ struct ForwardingTests {
         let huge = String(repeating: "b", count: 100 * 1024)
         let overflow = try await RawHTTP.send("GET /api/items HTTP/1.1\r\nHost: x\r\nX-Huge: \(huge)\r\n\r\n", port: rig.proxyPort)
         #expect(overflow.hasPrefix("HTTP/1.1 431"))
-        let body = String(repeating: "c", count: 8 * 1024 * 1024 + 1)
-        let tooLarge = try await rig.request(.POST, "/api/echo", headers: [("Content-Type", "text/plain")], body: body)
-        #expect(tooLarge.status == 413)
+        let declared = try await RawHTTP.send("POST /api/echo HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: \(8 * 1024 * 1024 + 1)\r\n\r\n", port: rig.proxyPort)
+        #expect(declared.hasPrefix("HTTP/1.1 413"))
+        let chunk = String(repeating: "c", count: 1024 * 1024)
+        let chunked = "POST /api/echo HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + String(repeating: "100000\r\n\(chunk)\r\n", count: 9) + "0\r\n\r\n"
+        let streamedTooLarge = try await RawHTTP.send(chunked, port: rig.proxyPort)
+        #expect(streamedTooLarge.hasPrefix("HTTP/1.1 413"))
         }
     }
 

@@ -26,13 +26,14 @@ struct SweeperService: Service {
     func run() async throws {
         let removed = await daemon.cache.sweep(currentVersions: daemon.runtime.current.cacheVersions)
         if removed > 0 { daemon.logger.info("sweeper removed stale entries", metadata: ["removed": "\(removed)"]) }
-        while !Task.isShuttingDownGracefully {
-            try? await Task.sleep(for: .seconds(30))
-            if Task.isShuttingDownGracefully || Task.isCancelled { break }
-            let removed = await daemon.cache.sweep(currentVersions: daemon.runtime.current.cacheVersions)
-            if removed > 0 { daemon.logger.info("sweeper removed stale entries", metadata: ["removed": "\(removed)"]) }
-            daemon.refreshCacheGauges()
-            daemon.notifier.notify("STATUS=\(daemon.statusLine())")
+        try? await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                try await Task.sleep(for: .seconds(30))
+                let removed = await daemon.cache.sweep(currentVersions: daemon.runtime.current.cacheVersions)
+                if removed > 0 { daemon.logger.info("sweeper removed stale entries", metadata: ["removed": "\(removed)"]) }
+                daemon.refreshCacheGauges()
+                daemon.notifier.notify("STATUS=\(daemon.statusLine())")
+            }
         }
     }
 }
@@ -52,9 +53,11 @@ struct NotifierService: Service {
                 try? await gracefulShutdown()
                 return
             }
-            while !Task.isShuttingDownGracefully && !Task.isCancelled {
-                daemon.notifier.notify("WATCHDOG=1")
-                try? await Task.sleep(for: interval)
+            try? await cancelWhenGracefulShutdown {
+                while !Task.isCancelled {
+                    daemon.notifier.notify("WATCHDOG=1")
+                    try await Task.sleep(for: interval)
+                }
             }
         } onGracefulShutdown: {
             daemon.notifier.notify("STOPPING=1\nSTATUS=stopping")

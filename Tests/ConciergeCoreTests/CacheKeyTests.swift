@@ -1,0 +1,194 @@
+@testable import ConciergeCore
+import Testing
+
+@Suite("CacheKey")
+struct CacheKeyTests {
+    private let base = "https://api.example.com"
+    private let volatile: Set<String> = ["timestamp", "signature", "_"]
+
+    private func key(_ method: String = "GET", path: String = "/api/items", query: String, excluding: Set<String>? = nil,
+                     user: String? = nil, version: Int = 1) -> String {
+        CacheKey.make(method: method, upstreamBaseURL: base, path: path, params: QueryString.parse(query),
+                      excluding: excluding ?? volatile, userID: user, version: version)
+    }
+
+    @Test("the SPEC example: GET https://api.example.com/api/items?limit=10&offset=0 v=1")
+    func specExample() {
+        #expect(key(query: "limit=10&offset=0") == "GET https://api.example.com/api/items?limit=10&offset=0 v=1")
+        #expect(key(query: "offset=0&limit=10") == "GET https://api.example.com/api/items?limit=10&offset=0 v=1")
+    }
+
+    @Test("'?b=2&a=1' and '?a=1&b=2' give the same key")
+    func orderIndependent() {
+        let k1 = key(query: "b=2&a=1")
+        let k2 = key(query: "a=1&b=2")
+        #expect(k1 == k2)
+        #expect(k1 == "GET https://api.example.com/api/items?a=1&b=2 v=1")
+    }
+
+    @Test("volatile params such as timestamp are left out of the key")
+    func volatileExcluded() {
+        let plain = key(query: "limit=10")
+        #expect(key(query: "limit=10&timestamp=1700000000") == plain)
+        #expect(key(query: "timestamp=1&limit=10&signature=abc&_=99") == plain)
+        #expect(key(query: "timestamp=1700000000") == "GET https://api.example.com/api/items v=1")
+    }
+
+    @Test("excluded names (e.g. the injected token) are dropped wherever they appear")
+    func tokenExcluded() {
+        let k = key(query: "accessToken=secret-token&limit=10", excluding: volatile.union(["accessToken"]))
+        #expect(k == "GET https://api.example.com/api/items?limit=10 v=1")
+        #expect(!k.contains("secret-token"))
+    }
+
+    @Test("without params there is no '?'")
+    func noParams() {
+        #expect(key(query: "") == "GET https://api.example.com/api/items v=1")
+    }
+
+    @Test("the key has no params when nothing is excluded and none are given")
+    func emptyExclusionSet() {
+        let k = CacheKey.make(method: "POST", upstreamBaseURL: base, path: "/api/items", params: [Param("a", "1")],
+                              excluding: [], userID: nil, version: 3)
+        #expect(k == "POST https://api.example.com/api/items?a=1 v=3")
+    }
+
+    @Test("the method and the upstream base URL are part of the key")
+    func methodAndUpstream() {
+        #expect(key("POST", query: "a=1") == "POST https://api.example.com/api/items?a=1 v=1")
+        let debug = CacheKey.make(method: "GET", upstreamBaseURL: "http://127.0.0.1:9000", path: "/api/items",
+                                  params: [Param("a", "1")], excluding: volatile, userID: nil, version: 1)
+        #expect(debug == "GET http://127.0.0.1:9000/api/items?a=1 v=1")
+        #expect(debug != key(query: "a=1"))
+    }
+
+    @Test("params are percent-encoded per RFC 3986: space %20, é %C3%A9, ~-._ kept")
+    func percentEncoding() {
+        let params = [Param("q", "hello world"), Param("name", "José"), Param("keep", "a~b-c.d_e")]
+        let k = CacheKey.make(method: "GET", upstreamBaseURL: base, path: "/s", params: params, excluding: volatile,
+                              userID: nil, version: 1)
+        #expect(k == "GET https://api.example.com/s?keep=a~b-c.d_e&name=Jos%C3%A9&q=hello%20world v=1")
+    }
+
+    @Test("'+' in a query decodes to a space and re-encodes as %20; a literal %2B stays +")
+    func plusIsSpace() {
+        #expect(key(query: "q=a+b") == "GET https://api.example.com/api/items?q=a%20b v=1")
+        #expect(key(query: "q=a%20b") == key(query: "q=a+b"))
+        #expect(key(query: "q=a%2Bb") == "GET https://api.example.com/api/items?q=a%2Bb v=1")
+    }
+
+    @Test("duplicate names are sorted by value: 'a=2&a=1' gives 'a=1&a=2'")
+    func duplicateNames() {
+        #expect(key(query: "a=2&a=1") == "GET https://api.example.com/api/items?a=1&a=2 v=1")
+        #expect(key(query: "b=1&a=2&a=1") == "GET https://api.example.com/api/items?a=1&a=2&b=1 v=1")
+    }
+
+    @Test("sorting is by encoded name: '%20x' sorts before 'A', 'A' before 'a'")
+    func sortByEncodedName() {
+        let k = CacheKey.make(method: "GET", upstreamBaseURL: base, path: "/p",
+                              params: [Param("a", "1"), Param("A", "2"), Param(" x", "3")], excluding: [], userID: nil, version: 1)
+        #expect(k == "GET https://api.example.com/p?%20x=3&A=2&a=1 v=1")
+    }
+
+    @Test("'user=' comes after the params and before the version")
+    func userPlacement() {
+        #expect(key(query: "limit=10", user: "42") == "GET https://api.example.com/api/items?limit=10 user=42 v=1")
+        #expect(key(query: "", user: "42") == "GET https://api.example.com/api/items user=42 v=1")
+    }
+
+    @Test("the user id is percent-encoded so it cannot fake the key's structure")
+    func userEncoded() {
+        #expect(key(query: "", user: "a b v=9") == "GET https://api.example.com/api/items user=a%20b%20v%3D9 v=1")
+    }
+
+    @Test("different users and shared entries get different keys")
+    func usersDiffer() {
+        #expect(key(query: "a=1", user: "1") != key(query: "a=1", user: "2"))
+        #expect(key(query: "a=1", user: "1") != key(query: "a=1"))
+    }
+
+    @Test("the version ends the key and a bump changes it")
+    func version() {
+        #expect(key(query: "a=1", version: 2) == "GET https://api.example.com/api/items?a=1 v=2")
+        #expect(key(query: "a=1", version: 1) != key(query: "a=1", version: 2))
+        #expect(key(query: "", version: 0).hasSuffix(" v=0"))
+    }
+}
+
+@Suite("QueryString")
+struct QueryStringTests {
+    @Test("parse splits pairs and percent-decodes both sides")
+    func parse() {
+        #expect(QueryString.parse("a=1&b=x%20y") == [Param("a", "1"), Param("b", "x y")])
+        #expect(QueryString.parse("n%C3%A4me=J%C3%BCrgen") == [Param("näme", "Jürgen")])
+    }
+
+    @Test("parse treats '+' as a space")
+    func parsePlus() {
+        #expect(QueryString.parse("q=a+b+c") == [Param("q", "a b c")])
+    }
+
+    @Test("parse keeps a name without '=' with an empty value and skips empty pieces")
+    func parseEdgeCases() {
+        #expect(QueryString.parse("flag&a=1") == [Param("flag", ""), Param("a", "1")])
+        #expect(QueryString.parse("a=1&&b=") == [Param("a", "1"), Param("b", "")])
+        #expect(QueryString.parse("") == [])
+        #expect(QueryString.parse("a=b=c") == [Param("a", "b=c")])
+    }
+
+    @Test("parse keeps order and duplicate names")
+    func parseDuplicates() {
+        #expect(QueryString.parse("a=2&a=1") == [Param("a", "2"), Param("a", "1")])
+    }
+
+    @Test("decode keeps malformed escapes literally")
+    func decodeMalformed() {
+        #expect(QueryString.decode("100%") == "100%")
+        #expect(QueryString.decode("%zz") == "%zz")
+        #expect(QueryString.decode("%4") == "%4")
+        #expect(QueryString.decode("%41") == "A")
+        #expect(QueryString.decode("%c3%a9") == "é")
+    }
+
+    @Test("percentEncode keeps exactly the RFC 3986 unreserved set")
+    func unreservedKept() {
+        let unreserved = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~"
+        #expect(QueryString.percentEncode(unreserved) == unreserved)
+    }
+
+    @Test("percentEncode escapes reserved and other bytes with upper-case hex")
+    func reservedEscaped() {
+        #expect(QueryString.percentEncode(" ") == "%20")
+        #expect(QueryString.percentEncode("é") == "%C3%A9")
+        #expect(QueryString.percentEncode("+") == "%2B")
+        #expect(QueryString.percentEncode("a&b=c") == "a%26b%3Dc")
+        #expect(QueryString.percentEncode("/?#[]@!$'()*,;:") == "%2F%3F%23%5B%5D%40%21%24%27%28%29%2A%2C%3B%3A")
+        #expect(QueryString.percentEncode("%") == "%25")
+        #expect(QueryString.percentEncode("日本") == "%E6%97%A5%E6%9C%AC")
+        #expect(QueryString.percentEncode("😀") == "%F0%9F%98%80")
+        #expect(QueryString.percentEncode("\n") == "%0A")
+        #expect(QueryString.percentEncode("") == "")
+    }
+
+    @Test("encode joins pairs in the given order, both sides encoded")
+    func encode() {
+        #expect(QueryString.encode([Param("b", "x y"), Param("a", "é")]) == "b=x%20y&a=%C3%A9")
+        #expect(QueryString.encode([]) == "")
+    }
+
+    @Test("encode then parse round-trips arbitrary text")
+    func roundTrip() {
+        let params = [Param("k k", "v+v&=%"), Param("ü", "日本 語"), Param("empty", "")]
+        #expect(QueryString.parse(QueryString.encode(params)) == params)
+    }
+
+    @Test("canonical sorts by encoded name, then encoded value")
+    func canonical() {
+        #expect(QueryString.canonical([Param("b", "2"), Param("a", "1")]) == "a=1&b=2")
+        #expect(QueryString.canonical([Param("a", "2"), Param("a", "1")]) == "a=1&a=2")
+        #expect(QueryString.canonical([Param("a", "b"), Param("a", "B"), Param("a", "10"), Param("a", "9")]) == "a=10&a=9&a=B&a=b")
+        #expect(QueryString.canonical([Param("é", "1"), Param("z", "1")]) == "%C3%A9=1&z=1")
+        #expect(QueryString.canonical([Param("x", "~"), Param("x", "%")]) == "x=%25&x=~")
+        #expect(QueryString.canonical([Param]()) == "")
+    }
+}

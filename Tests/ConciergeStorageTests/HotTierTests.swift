@@ -1,0 +1,193 @@
+@testable import ConciergeStorage
+import ConciergeCore
+import Foundation
+import Logging
+import NIOCore
+import Testing
+
+@Suite("HotTier")
+struct HotTierTests {
+    @Test("the entry helper builds entries of the exact requested size")
+    func entrySize() {
+        #expect(makeEntry(key: "k1", size: 1000).size == 1000)
+        #expect(makeEntry(key: "k1", size: 1000, headers: [("Content-Type", "application/json")]).size == 1000)
+    }
+
+    @Test("put and get round-trip; count and bytes follow")
+    func putGet() {
+        let hot = HotTier(capacityBytes: 10_000)
+        hot.put(makeEntry(key: "a", size: 1000))
+        hot.put(makeEntry(key: "b", size: 2000))
+        #expect(hot.count == 2)
+        #expect(hot.bytes == 3000)
+        #expect(hot.get("a")?.key == "a")
+        #expect(hot.get("b")?.size == 2000)
+        #expect(hot.get("c") == nil)
+    }
+
+    @Test("replacing a key keeps one entry and accounts only the new size")
+    func replace() {
+        let hot = HotTier(capacityBytes: 10_000)
+        hot.put(makeEntry(key: "a", size: 1000))
+        hot.put(makeEntry(key: "a", size: 3000))
+        #expect(hot.count == 1)
+        #expect(hot.bytes == 3000)
+        #expect(hot.get("a")?.size == 3000)
+    }
+
+    @Test("over the byte budget the least recently put entries go first")
+    func lruEviction() {
+        let hot = HotTier(capacityBytes: 3000)
+        hot.put(makeEntry(key: "k1", size: 1000))
+        hot.put(makeEntry(key: "k2", size: 1000))
+        hot.put(makeEntry(key: "k3", size: 1000))
+        #expect(hot.count == 3)
+        hot.put(makeEntry(key: "k4", size: 1000))
+        #expect(hot.get("k1") == nil)
+        #expect(hot.get("k2") != nil && hot.get("k3") != nil && hot.get("k4") != nil)
+        #expect(hot.bytes == 3000)
+    }
+
+    @Test("get marks an entry recently used, so it outlives entries put after it")
+    func getMarksRecentlyUsed() {
+        let hot = HotTier(capacityBytes: 3000)
+        hot.put(makeEntry(key: "k1", size: 1000))
+        hot.put(makeEntry(key: "k2", size: 1000))
+        hot.put(makeEntry(key: "k3", size: 1000))
+        #expect(hot.get("k1") != nil)  // k1 is now the most recent; k2 the least
+        hot.put(makeEntry(key: "k4", size: 1000))
+        #expect(hot.get("k2") == nil)
+        #expect(hot.get("k1") != nil)
+        // Now k3 is the least recently used.
+        hot.put(makeEntry(key: "k5", size: 1000))
+        #expect(hot.get("k3") == nil)
+        #expect(hot.get("k1") != nil)
+        #expect(hot.get("k4") != nil)
+        #expect(hot.get("k5") != nil)
+    }
+
+    @Test("a big entry evicts as many old entries as needed")
+    func bigEntryEvictsSeveral() {
+        let hot = HotTier(capacityBytes: 3000)
+        for i in 1...3 { hot.put(makeEntry(key: "k\(i)", size: 1000)) }
+        hot.put(makeEntry(key: "big", size: 2500))
+        #expect(hot.count == 1)
+        #expect(hot.get("big") != nil)
+        #expect(hot.bytes == 2500)
+    }
+
+    @Test("an entry larger than the whole budget is not kept, and drops an older value of its key")
+    func tooLarge() {
+        let hot = HotTier(capacityBytes: 1000)
+        hot.put(makeEntry(key: "a", size: 500))
+        hot.put(makeEntry(key: "b", size: 500))
+        hot.put(makeEntry(key: "a", size: 5000))
+        #expect(hot.get("a") == nil)
+        #expect(hot.get("b") != nil)
+        #expect(hot.bytes == 500)
+    }
+
+    @Test("a zero budget keeps nothing")
+    func zeroBudget() {
+        let hot = HotTier(capacityBytes: 0)
+        hot.put(makeEntry(key: "a", size: 100))
+        #expect(hot.count == 0)
+        #expect(hot.get("a") == nil)
+    }
+
+    @Test("remove(key) drops one entry; removed slots are reused correctly")
+    func removeKey() {
+        let hot = HotTier(capacityBytes: 10_000)
+        for i in 1...5 { hot.put(makeEntry(key: "k\(i)", size: 1000)) }
+        hot.remove("k3")
+        hot.remove("nope")
+        #expect(hot.count == 4)
+        #expect(hot.bytes == 4000)
+        #expect(hot.get("k3") == nil)
+        hot.put(makeEntry(key: "k6", size: 1000))
+        hot.put(makeEntry(key: "k7", size: 1000))
+        #expect(hot.count == 6)
+        for key in ["k1", "k2", "k4", "k5", "k6", "k7"] { #expect(hot.get(key)?.key == key) }
+    }
+
+    private func seeded() -> HotTier {
+        let hot = HotTier(capacityBytes: 100_000)
+        hot.put(makeEntry(key: "GET https://api.example.com/api/items?page=1 v=1", endpoint: "itemList"))
+        hot.put(makeEntry(key: "GET https://api.example.com/api/items?page=2 v=1", endpoint: "itemList"))
+        hot.put(makeEntry(key: "GET https://api.example.com/api/items?page=1 user=1 v=1", endpoint: "itemList", user: "1"))
+        hot.put(makeEntry(key: "GET https://api.example.com/api/user/info user=1 v=1", endpoint: "userInfo", user: "1"))
+        hot.put(makeEntry(key: "GET https://api.example.com/api/user/info user=2 v=1", endpoint: "userInfo", user: "2"))
+        return hot
+    }
+
+    @Test("remove(where: .endpoints) honours everyone / sharedOnly / sharedAnd(user)")
+    func removeByEndpoint() {
+        var hot = seeded()
+        #expect(hot.remove(where: .endpoints(["userInfo"], scope: .everyone), regex: nil).count == 2)
+        #expect(hot.count == 3)
+
+        hot = seeded()
+        let shared = hot.remove(where: .endpoints(["itemList", "userInfo"], scope: .sharedOnly), regex: nil)
+        #expect(Set(shared) == ["GET https://api.example.com/api/items?page=1 v=1", "GET https://api.example.com/api/items?page=2 v=1"])
+
+        hot = seeded()
+        let mine = hot.remove(where: .endpoints(["itemList", "userInfo"], scope: .sharedAnd("1")), regex: nil)
+        #expect(mine.count == 4)
+        #expect(hot.count == 1)
+        #expect(hot.get("GET https://api.example.com/api/user/info user=2 v=1") != nil)
+    }
+
+    @Test("remove(where: .user) drops only that user's entries")
+    func removeByUser() {
+        let hot = seeded()
+        let removed = hot.remove(where: .user("1"), regex: nil)
+        #expect(Set(removed) == ["GET https://api.example.com/api/items?page=1 user=1 v=1",
+                                 "GET https://api.example.com/api/user/info user=1 v=1"])
+        #expect(hot.count == 3)
+    }
+
+    @Test("remove(where: .pattern) runs the regex as an unanchored search over keys")
+    func removeByPattern() throws {
+        let hot = seeded()
+        let regex = try NSRegularExpression(pattern: "page=1")
+        let removed = hot.remove(where: .pattern("page=1"), regex: regex)
+        #expect(removed.count == 2)
+        #expect(hot.get("GET https://api.example.com/api/items?page=2 v=1") != nil)
+        let remaining = ["GET https://api.example.com/api/items?page=2 v=1", "GET https://api.example.com/api/user/info user=1 v=1",
+                         "GET https://api.example.com/api/user/info user=2 v=1"]
+        #expect(hot.bytes == remaining.reduce(0) { $0 + makeEntry(key: $1).size })
+        // A pattern without a compiled regex removes nothing.
+        #expect(hot.remove(where: .pattern("x"), regex: nil).isEmpty)
+    }
+
+    @Test("remove(where: .all) and removeAll empty the tier")
+    func removeAll() {
+        let hot = seeded()
+        #expect(hot.remove(where: .all, regex: nil).count == 5)
+        #expect(hot.count == 0)
+        #expect(hot.bytes == 0)
+        let other = seeded()
+        other.removeAll()
+        #expect(other.count == 0 && other.bytes == 0)
+        other.put(makeEntry(key: "again", size: 500))
+        #expect(other.get("again") != nil)
+    }
+
+    @Test("concurrent puts and gets keep the tier within budget and consistent")
+    func concurrency() async {
+        let hot = HotTier(capacityBytes: 50_000)
+        await withTaskGroup(of: Void.self) { group in
+            for t in 0..<8 {
+                group.addTask {
+                    for i in 0..<500 {
+                        let key = "k\((t * 31 + i) % 200)"
+                        if i % 3 == 0 { _ = hot.get(key) } else { hot.put(makeEntry(key: key, size: 1000)) }
+                        if i % 50 == 0 { hot.remove(key) }
+                    }
+                }
+            }
+        }
+        #expect(hot.bytes <= 50_000)
+        #expect(hot.bytes == hot.count * 1000)
+    }
+}
