@@ -146,6 +146,7 @@ public final class ConciergeTestRig: Sendable {
 }
 
 public struct TimeoutError: Error, CustomStringConvertible {
+    public init() {}
     public var description: String { "timed out" }
 }
 

@@ -67,6 +67,30 @@ struct ValueParsersTests {
         #expect(ValueParsers.size(text) == nil)
     }
 
+    // MARK: Out-of-range values
+    // These run in a child process (exit tests): an overflow trap must fail the test, not the run.
+
+    @Test("a size too large for Int (100000000000GB) is rejected, not a crash")
+    func hugeSizeRejected() async {
+        await #expect(processExitsWith: .success) {
+            precondition(ValueParsers.size("100000000000GB") == nil, "expected nil")
+        }
+    }
+
+    @Test("a duration too large for Duration (1e20s) is rejected, not a crash")
+    func hugeDurationRejected() async {
+        await #expect(processExitsWith: .success) {
+            precondition(ValueParsers.duration("1e20s") == nil, "expected nil")
+        }
+    }
+
+    @Test("a plain-seconds duration too large (1e16) is rejected, not a crash")
+    func hugePlainDurationRejected() async {
+        await #expect(processExitsWith: .success) {
+            precondition(ValueParsers.duration("1e16") == nil, "expected nil")
+        }
+    }
+
     // MARK: Environment expansion
 
     @Test("${VAR} is replaced by the variable's value")
