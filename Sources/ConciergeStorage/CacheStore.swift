@@ -265,13 +265,15 @@ public final class CacheStore: Sendable {
             $0.entries += delta.entries
             $0.bytes += delta.bytes
         }
+        if byteCount > evictionHighWater { await evict() }
         for (op, result) in zip(batch, results) {
             switch op {
             case .put: break
             case .invalidate(let criteria, let regex, let continuation):
                 removedAfterCommit.append((criteria, regex))
                 continuation.resume(with: result)
-            case .sweep(_, let continuation):
+            case .sweep(let versions, let continuation):
+                hot.removeAll { entry in entry.usableUntil <= now || versions[entry.endpoint].map { $0 != entry.version } ?? true }
                 continuation.resume(returning: (try? result.get()) ?? 0)
             case .barrier(let continuation):
                 continuation.resume()
@@ -279,7 +281,6 @@ public final class CacheStore: Sendable {
         }
         // A reader may have promoted a row between the first hot-tier removal and the delete.
         for (criteria, regex) in removedAfterCommit { hot.remove(where: criteria, regex: regex?.regex) }
-        if byteCount > evictionHighWater { await evict() }
     }
 
     /// Eviction keeps the cached bytes under 80% of `maxBytes`, so that the file with its

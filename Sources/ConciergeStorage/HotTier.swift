@@ -102,6 +102,14 @@ public final class HotTier: Sendable {
         return keys
     }
 
+    /// Removes every entry the predicate selects.
+    public func removeAll(where predicate: (CacheEntry) -> Bool) {
+        state.withLock { s in
+            let doomed = s.index.values.filter { predicate(s.nodes[$0]!.entry) }
+            for i in doomed { s.remove(i) }
+        }
+    }
+
     public func removeAll() {
         state.withLock { $0 = State() }
     }

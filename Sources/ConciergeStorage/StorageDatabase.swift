@@ -84,15 +84,20 @@ public final class StorageDatabase: Sendable {
             try db.execute(sql: "PRAGMA synchronous = NORMAL")
         }
         let pool = try DatabasePool(path: path, configuration: configuration)
-        try pool.writeWithoutTransaction { db in
-            // Effective only on a new, empty file: lets eviction give pages back to the OS.
-            try db.execute(sql: "PRAGMA auto_vacuum = INCREMENTAL")
-        }
         try pool.write { db in
             let result = try String.fetchOne(db, sql: "PRAGMA quick_check") ?? "unknown"
             if result != "ok" { throw DatabaseError(resultCode: .SQLITE_CORRUPT, message: "quick_check: \(result)") }
         }
         try migrator.migrate(pool)
+        try pool.writeWithoutTransaction { db in
+            // Incremental auto-vacuum lets eviction give pages back, so the file stays under
+            // max_bytes. The mode only takes effect through a VACUUM once the file is in WAL
+            // mode; on a new file that is instant, on an old one it happens once.
+            if try Int.fetchOne(db, sql: "PRAGMA auto_vacuum") != 2 {
+                try db.execute(sql: "PRAGMA auto_vacuum = INCREMENTAL")
+                try db.execute(sql: "VACUUM")
+            }
+        }
         return pool
     }
 

@@ -540,6 +540,14 @@ struct ConfigLoaderTests {
         #expect(syntax.first?.line != nil)
     }
 
+    @Test("an out-of-range size is a config error, not a crash of the loader")
+    func hugeSizeIsAnError() async {
+        await #expect(processExitsWith: .success) {
+            let loaded = try? ConfigLoader.parse(yaml: "upstreams:\n  release: https://api.example.com\nstorage:\n  max_bytes: 100000000000GB\n")
+            precondition(loaded == nil, "expected a ConfigError")
+        }
+    }
+
     @Test("several errors are reported together in one throw, each with path and line")
     func severalErrors() {
         let found = issues("""

@@ -39,14 +39,19 @@ public struct EndpointPattern: Sendable {
         guard !trimmed.isEmpty else { throw .empty }
         var methods: Set<String>? = nil
         var pathText = trimmed
-        if let space = trimmed.firstIndex(of: " ") {
-            let methodPart = trimmed[..<space]
-            pathText = trimmed[space...].trimmingCharacters(in: .whitespaces)
+        // The path starts at the first word beginning with `/` or `~`; the words before list methods.
+        let words = trimmed.split(separator: " ", omittingEmptySubsequences: true)
+        guard let pathWord = words.firstIndex(where: { $0.hasPrefix("/") || $0.hasPrefix("~") }) else {
+            throw .badPath(String(words.last ?? ""))
+        }
+        if pathWord > 0 {
+            pathText = words[pathWord...].joined(separator: " ")
             var set = Set<String>()
-            for m in methodPart.split(separator: ",") {
+            for m in words[..<pathWord].joined(separator: ",").split(separator: ",") {
                 let method = m.trimmingCharacters(in: .whitespaces).uppercased()
+                if method.isEmpty { continue }
                 if method == "*" || method == "ANY" { set = []; break }
-                guard !method.isEmpty, method.allSatisfy({ $0.isLetter }) else { throw .badMethod(String(m)) }
+                guard method.allSatisfy({ $0.isLetter }) else { throw .badMethod(String(m)) }
                 set.insert(method)
             }
             methods = set.isEmpty ? nil : set

@@ -2,6 +2,9 @@ import Foundation
 
 /// Parsers for the value formats of the configuration: durations, sizes, env expansion.
 public enum ValueParsers {
+    /// Longest duration accepted (about 31 years); anything longer is a typo.
+    static let maxSeconds: Double = 1e9
+
     /// `30s`, `5m`, `1h`, `2d`, `250ms`, or plain seconds (`90`, `1.5`).
     public static func duration(_ text: String) -> Duration? {
         let t = text.trimmingCharacters(in: .whitespaces).lowercased()
@@ -9,10 +12,10 @@ public enum ValueParsers {
         let units: [(String, Double)] = [("ms", 0.001), ("s", 1), ("m", 60), ("h", 3600), ("d", 86400)]
         for (suffix, factor) in units where t.hasSuffix(suffix) {
             let number = t.dropLast(suffix.count)
-            guard let value = Double(number), value >= 0, value.isFinite, !number.hasPrefix("+") else { return nil }
+            guard let value = Double(number), value >= 0, value.isFinite, !number.hasPrefix("+"), value * factor < maxSeconds else { return nil }
             return .milliseconds(Int64((value * factor * 1000).rounded()))
         }
-        guard let value = Double(t), value >= 0, value.isFinite else { return nil }
+        guard let value = Double(t), value >= 0, value.isFinite, value < maxSeconds else { return nil }
         return .milliseconds(Int64((value * 1000).rounded()))
     }
 
@@ -24,7 +27,7 @@ public enum ValueParsers {
                                       ("M", 1 << 20), ("G", 1 << 30), ("B", 1)]
         for (suffix, factor) in units where t.hasSuffix(suffix) {
             let number = t.dropLast(suffix.count).trimmingCharacters(in: .whitespaces)
-            guard let value = Double(number), value >= 0, value.isFinite else { return nil }
+            guard let value = Double(number), value >= 0, value.isFinite, value * Double(factor) < 1e18 else { return nil }
             return Int(value * Double(factor))
         }
         guard let value = Int(t), value >= 0 else { return nil }

@@ -45,7 +45,7 @@ public struct TokenInjector: Sendable {
             case .header(let name, let format):
                 request.headers.replace(name, format.replacingOccurrences(of: "{access_token}", with: token))
             case .body(let field):
-                if !request.body.set(field, .string(token)) {
+                if request.paramsGoInQuery || !request.body.set(field, .string(token)) {
                     // An opaque body cannot take a field; fall back to the query.
                     request.query.removeAll { $0.name == field }
                     request.query.append(Param(field, token))

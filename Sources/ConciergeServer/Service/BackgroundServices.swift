@@ -71,12 +71,10 @@ struct ReloadSignalService: Service {
 
     func run() async throws {
         let signals = await UnixSignalsSequence(trapping: .sighup)
-        await withGracefulShutdownHandler {
+        try? await cancelWhenGracefulShutdown {
             for await _ in signals {
-                if Task.isShuttingDownGracefully { break }
                 _ = await daemon.reload()
             }
-        } onGracefulShutdown: {}
-        _ = signals
+        }
     }
 }
