@@ -1,0 +1,113 @@
+# Concierge: build, install as a systemd service, check the unit, run the benchmarks.
+#
+#   make                      # = make build: release binaries in .build/release (~5 min from scratch)
+#   sudo make install         # binaries to /usr/local/bin, unit, /etc/concierge/{concierge.yaml,admin.token}
+#   sudo systemctl enable --now concierge
+#   sudo make uninstall       # binaries and unit go; /etc/concierge and the cache state stay
+#
+# Variables:
+#   PREFIX=/usr/local         binaries go to $(DESTDIR)$(PREFIX)/bin; the installed unit's
+#                             ExecStart= is rewritten to match
+#   DESTDIR=                  staging root for packaging; when set, nothing outside it is
+#                             touched and systemctl is never called
+#   BUILD_DIR=.build/release  where the binaries are taken from (tests use .build/debug)
+#   CONFIG_SRC=Config/concierge.yaml
+#
+# The service runs as a DynamicUser, so it cannot read the root-only 0600 admin token;
+# the unit passes it in with LoadCredential=admin.token:/etc/concierge/admin.token and the
+# config names it as token_file: "${CREDENTIALS_DIRECTORY:-/etc/concierge}/admin.token",
+# which is the credential under systemd and /etc/concierge/admin.token for root's
+# `concierge stats` etc. from a shell.
+
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+BINDIR     ?= $(PREFIX)/bin
+BUILD_DIR  ?= .build/release
+SWIFT      ?= swift
+INSTALL    ?= install
+CONFIG_SRC ?= Config/concierge.yaml
+UNIT_SRC   ?= systemd/concierge.service
+
+CONFDIR    := /etc/concierge
+UNITDIR    := /etc/systemd/system
+STATE_PATH := /var/lib/concierge/concierge.sqlite
+CRED_TOKEN := /run/credentials/concierge.service/admin.token
+BINARIES   := concierge concierge-sample-api
+
+# systemctl only for a real install (no DESTDIR) by root on a host that runs systemd.
+SYSTEMCTL_OK = [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1
+
+.PHONY: all build install uninstall check-unit test-install bench bench-invalidate help
+
+all: build
+
+help:
+	@sed -n '1,/^$$/p' Makefile | sed 's/^# \{0,1\}//'
+
+build:
+	$(SWIFT) build -c release --product concierge
+	$(SWIFT) build -c release --product concierge-sample-api
+
+install:
+	@for b in $(BINARIES); do \
+	  [ -x "$(BUILD_DIR)/$$b" ] || { echo "make install: $(BUILD_DIR)/$$b is missing: run 'make build' first (or set BUILD_DIR)" >&2; exit 1; }; \
+	done
+	$(INSTALL) -d -m 0755 "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(UNITDIR)"
+	$(INSTALL) -m 0755 $(addprefix $(BUILD_DIR)/,$(BINARIES)) "$(DESTDIR)$(BINDIR)/"
+	sed 's#/usr/local/bin/concierge #$(BINDIR)/concierge #' "$(UNIT_SRC)" > "$(DESTDIR)$(UNITDIR)/concierge.service.tmp"
+	chmod 0644 "$(DESTDIR)$(UNITDIR)/concierge.service.tmp"
+	mv -f "$(DESTDIR)$(UNITDIR)/concierge.service.tmp" "$(DESTDIR)$(UNITDIR)/concierge.service"
+	$(INSTALL) -d -m 0755 "$(DESTDIR)$(CONFDIR)"
+	@# The config is read by the service's dynamic user: 0644 (keep secrets out of it; use
+	@# ${ENV} with Environment=/LoadCredential=). Never overwrite an operator's config.
+	@if [ -e "$(DESTDIR)$(CONFDIR)/concierge.yaml" ]; then \
+	  echo "keeping existing $(DESTDIR)$(CONFDIR)/concierge.yaml"; \
+	  if ! cmp -s "$(CONFIG_SRC)" "$(DESTDIR)$(CONFDIR)/concierge.yaml"; then \
+	    echo "  (the shipped $(CONFIG_SRC) differs; compare with: diff -u $(DESTDIR)$(CONFDIR)/concierge.yaml $(CONFIG_SRC))"; \
+	  fi; \
+	else \
+	  echo "$(INSTALL) -m 0644 $(CONFIG_SRC) $(DESTDIR)$(CONFDIR)/concierge.yaml"; \
+	  $(INSTALL) -m 0644 "$(CONFIG_SRC)" "$(DESTDIR)$(CONFDIR)/concierge.yaml"; \
+	fi
+	@# Admin token: 32 random bytes as hex, root-only 0600; never replaced.
+	@if [ -e "$(DESTDIR)$(CONFDIR)/admin.token" ]; then \
+	  echo "keeping existing $(DESTDIR)$(CONFDIR)/admin.token"; \
+	else \
+	  ( umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$(DESTDIR)$(CONFDIR)/admin.token.tmp" ) && \
+	  chmod 0600 "$(DESTDIR)$(CONFDIR)/admin.token.tmp" && \
+	  mv "$(DESTDIR)$(CONFDIR)/admin.token.tmp" "$(DESTDIR)$(CONFDIR)/admin.token" && \
+	  echo "created $(DESTDIR)$(CONFDIR)/admin.token (0600)"; \
+	fi
+	@# The service can write only under StateDirectory= and read the token only through
+	@# LoadCredential=: check that the installed config agrees (the real loader does it).
+	@out=$$(env -u CONCIERGE_ADMIN_TOKEN CREDENTIALS_DIRECTORY=$(dir $(CRED_TOKEN)) \
+	        "$(BUILD_DIR)/concierge" check-config --config "$(DESTDIR)$(CONFDIR)/concierge.yaml" 2>&1) || \
+	  { echo "WARNING: $(DESTDIR)$(CONFDIR)/concierge.yaml does not validate:"; echo "$$out" | sed 's/^/  /'; }; \
+	echo "$$out" | grep -q '^storage: $(STATE_PATH),' || \
+	  echo "WARNING: storage.path in $(DESTDIR)$(CONFDIR)/concierge.yaml is not $(STATE_PATH) (the service may write only there)"; \
+	echo "$$out" | grep -q '^admin token: from $(CRED_TOKEN)$$' || \
+	  echo 'WARNING: admin.token_file in $(DESTDIR)$(CONFDIR)/concierge.yaml should be "$${CREDENTIALS_DIRECTORY:-/etc/concierge}/admin.token" (the service user cannot read the 0600 token file itself)'
+	@if $(SYSTEMCTL_OK); then \
+	  systemctl daemon-reload; \
+	  echo "installed; start with: systemctl enable --now concierge"; \
+	else \
+	  echo "installed into $(if $(DESTDIR),$(DESTDIR),/) (systemctl not called)"; \
+	fi
+
+uninstall:
+	@if $(SYSTEMCTL_OK); then systemctl disable --now concierge.service 2>/dev/null || true; fi
+	rm -f $(addprefix "$(DESTDIR)$(BINDIR)/,$(addsuffix ",$(BINARIES))) "$(DESTDIR)$(UNITDIR)/concierge.service"
+	@if $(SYSTEMCTL_OK); then systemctl daemon-reload; fi
+	@echo "kept $(DESTDIR)$(CONFDIR) (config, admin token) and the cache state (/var/lib/private/concierge)"
+
+check-unit:
+	scripts/check-unit.sh
+
+test-install:
+	scripts/test-install.sh
+
+bench:
+	Benchmarks/cache-vs-nginx.sh
+
+bench-invalidate:
+	Benchmarks/invalidate-1m.sh
