@@ -31,7 +31,7 @@ UNIT_SRC   ?= systemd/concierge.service
 CONFDIR    := /etc/concierge
 UNITDIR    := /etc/systemd/system
 STATE_PATH := /var/lib/concierge/concierge.sqlite
-CRED_TOKEN := /run/credentials/concierge.service/admin.token
+CRED_DIR   := /run/credentials/concierge.service
 BINARIES   := concierge concierge-sample-api
 
 # systemctl only for a real install (no DESTDIR) by root on a host that runs systemd.
@@ -59,7 +59,7 @@ install:
 	mv -f "$(DESTDIR)$(UNITDIR)/concierge.service.tmp" "$(DESTDIR)$(UNITDIR)/concierge.service"
 	$(INSTALL) -d -m 0755 "$(DESTDIR)$(CONFDIR)"
 	@# The config is read by the service's dynamic user: 0644 (keep secrets out of it; use
-	@# ${ENV} with Environment=/LoadCredential=). Never overwrite an operator's config.
+	@# environment variables set with Environment=/LoadCredential=). Never overwrite an operator's config.
 	@if [ -e "$(DESTDIR)$(CONFDIR)/concierge.yaml" ]; then \
 	  echo "keeping existing $(DESTDIR)$(CONFDIR)/concierge.yaml"; \
 	  if ! cmp -s "$(CONFIG_SRC)" "$(DESTDIR)$(CONFDIR)/concierge.yaml"; then \
@@ -80,12 +80,12 @@ install:
 	fi
 	@# The service can write only under StateDirectory= and read the token only through
 	@# LoadCredential=: check that the installed config agrees (the real loader does it).
-	@out=$$(env -u CONCIERGE_ADMIN_TOKEN CREDENTIALS_DIRECTORY=$(dir $(CRED_TOKEN)) \
+	@out=$$(env -u CONCIERGE_ADMIN_TOKEN CREDENTIALS_DIRECTORY=$(CRED_DIR) \
 	        "$(BUILD_DIR)/concierge" check-config --config "$(DESTDIR)$(CONFDIR)/concierge.yaml" 2>&1) || \
 	  { echo "WARNING: $(DESTDIR)$(CONFDIR)/concierge.yaml does not validate:"; echo "$$out" | sed 's/^/  /'; }; \
 	echo "$$out" | grep -q '^storage: $(STATE_PATH),' || \
 	  echo "WARNING: storage.path in $(DESTDIR)$(CONFDIR)/concierge.yaml is not $(STATE_PATH) (the service may write only there)"; \
-	echo "$$out" | grep -q '^admin token: from $(CRED_TOKEN)$$' || \
+	echo "$$out" | grep -q '^admin token: from $(CRED_DIR)/admin.token$$' || \
 	  echo 'WARNING: admin.token_file in $(DESTDIR)$(CONFDIR)/concierge.yaml should be "$${CREDENTIALS_DIRECTORY:-/etc/concierge}/admin.token" (the service user cannot read the 0600 token file itself)'
 	@if $(SYSTEMCTL_OK); then \
 	  systemctl daemon-reload; \

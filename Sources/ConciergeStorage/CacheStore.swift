@@ -61,9 +61,9 @@ public final class CacheStore: Sendable {
     // MARK: Reads
 
     /// The hot-tier entry, without I/O. Callable on an event loop.
-    public func hotLookup(_ key: String) -> CacheEntry? {
-        guard let entry = hot.get(key) else { return nil }
-        touched.withLock { $0[entry.key] = Date().timeIntervalSince1970 }
+    public func hotLookup(_ key: String, now: Double = Date().timeIntervalSince1970) -> CacheEntry? {
+        guard let (entry, report) = hot.getReportingAccess(key, now: now) else { return nil }
+        if report { touched.withLock { $0[entry.key] = now } }
         return entry
     }
 

@@ -8,6 +8,8 @@ public final class HotTier: Sendable {
     private struct Node {
         var entry: CacheEntry
         var size: Int
+        /// Last access time reported to SQLite (for its LRU), refreshed at most once a second.
+        var reportedAccess: Double
         var prev: Int
         var next: Int
     }
@@ -53,13 +55,24 @@ public final class HotTier: Sendable {
 
     /// The entry for `key`, marked most recently used.
     public func get(_ key: String) -> CacheEntry? {
+        getReportingAccess(key, now: 0)?.entry
+    }
+
+    /// The entry for `key`, and whether its access time should be reported to SQLite
+    /// (when the last report is older than `interval`).
+    public func getReportingAccess(_ key: String, now: Double, interval: Double = 1) -> (entry: CacheEntry, report: Bool)? {
         state.withLock { s in
             guard let i = s.index[key] else { return nil }
             if s.head != i {
                 s.unlink(i)
                 s.pushFront(i)
             }
-            return s.nodes[i]!.entry
+            var report = false
+            if now - s.nodes[i]!.reportedAccess >= interval {
+                s.nodes[i]!.reportedAccess = now
+                report = true
+            }
+            return (s.nodes[i]!.entry, report)
         }
     }
 
@@ -71,7 +84,7 @@ public final class HotTier: Sendable {
         }
         state.withLock { s in
             if let i = s.index[entry.key] { s.remove(i) }
-            let node = Node(entry: entry, size: size, prev: -1, next: -1)
+            let node = Node(entry: entry, size: size, reportedAccess: 0, prev: -1, next: -1)
             let i: Int
             if let f = s.free.popLast() { s.nodes[f] = node; i = f } else { s.nodes.append(node); i = s.nodes.count - 1 }
             s.index[entry.key] = i

@@ -136,10 +136,9 @@ public final class ProxyPipeline: Sendable {
 
     /// A fresh hot-tier hit, answered synchronously; `nil` means "use ``handle(_:)``".
     public func fastReply(_ incoming: IncomingRequest) -> ProxyReply? {
-        guard case .ready(let p) = prepare(incoming), let key = p.cacheKey, !p.bypass,
-              let entry = cache.hotLookup(key) else { return nil }
         let now = Date().timeIntervalSince1970
-        guard entry.isFresh(at: now) else { return nil }
+        guard case .ready(let p) = prepare(incoming), let key = p.cacheKey, !p.bypass,
+              let entry = cache.hotLookup(key, now: now), entry.isFresh(at: now) else { return nil }
         stats.increment(.hits)
         return cachedReply(entry, p, status: "HIT", now: now)
     }

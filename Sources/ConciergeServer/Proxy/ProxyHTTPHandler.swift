@@ -25,7 +25,11 @@ final class ProxyHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
 
     private let server: ProxyServerContext
     private var state = State.idle
-    private var headerTimeout: Scheduled<Void>?
+    /// Checks the head deadline; one repeated task per connection, so a request costs only
+    /// a timestamp, not a timer.
+    private var headerTimer: RepeatedTask?
+    /// When the connection started waiting for a request head; `nil` while a request runs.
+    private var waitingForHeadSince: NIODeadline?
     private var remoteAddress: String?
 
     init(server: ProxyServerContext) {
@@ -39,25 +43,32 @@ final class ProxyHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        headerTimeout?.cancel()
+        headerTimer?.cancel()
+        headerTimer = nil
         if case .streaming(_, let continuation) = state { continuation.finish() }
         context.fireChannelInactive()
     }
 
     private func armHeaderTimeout(context: ChannelHandlerContext) {
-        headerTimeout?.cancel()
-        let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
-        let timeout = server.runtime.current.config.limits.headerTimeout
-        headerTimeout = context.eventLoop.scheduleTask(in: .nanoseconds(timeout.nanoseconds)) {
-            loopBound.value.close(promise: nil)
+        waitingForHeadSince = .now()
+        guard headerTimer == nil else { return }
+        let timeout = TimeAmount.nanoseconds(server.runtime.current.config.limits.headerTimeout.nanoseconds)
+        let check = max(TimeAmount.milliseconds(100), TimeAmount.nanoseconds(timeout.nanoseconds / 4))
+        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        headerTimer = context.eventLoop.scheduleRepeatedTask(initialDelay: check, delay: check) { _ in
+            let (handler, context) = loopBound.value
+            if let since = handler.waitingForHeadSince, NIODeadline.now() - since >= timeout {
+                handler.headerTimer?.cancel()
+                handler.headerTimer = nil
+                context.close(promise: nil)
+            }
         }
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
         case .head(let head):
-            headerTimeout?.cancel()
-            headerTimeout = nil
+            waitingForHeadSince = nil
             receiveHead(head, context: context)
         case .body(var part):
             switch state {

@@ -23,7 +23,13 @@ public final class ProxyStats: Sendable {
     private let counters: [Metrics.Counter]
     private let upstreamLatency: Metrics.Timer
     private let requestLatency: Metrics.Timer
-    private let requestsByStatus = Mutex<[String: Metrics.Counter]>([:])
+    private struct RequestKey: Hashable {
+        var endpoint: String
+        var cache: String
+        var status: Int
+    }
+
+    private let requestsByStatus = Mutex<[RequestKey: Metrics.Counter]>([:])
     private let entriesGauge: Metrics.Gauge
     private let bytesGauge: Metrics.Gauge
 
@@ -54,7 +60,7 @@ public final class ProxyStats: Sendable {
     /// Counts one client request by endpoint and cache status.
     public func recordRequest(endpoint: String, cache: String, status: Int, duration: Duration) {
         increment(.requests)
-        let key = "\(endpoint)|\(cache)|\(status)"
+        let key = RequestKey(endpoint: endpoint, cache: cache, status: status)
         let counter = requestsByStatus.withLock { map -> Metrics.Counter in
             if let c = map[key] { return c }
             let c = Metrics.Counter(label: "concierge_requests_by_endpoint_total",
