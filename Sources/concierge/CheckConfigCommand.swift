@@ -11,13 +11,7 @@ struct CheckConfigCommand: ParsableCommand {
     var config: String
 
     func run() throws {
-        let loaded: ConciergeConfig
-        do {
-            loaded = try ConfigLoader.load(path: config)
-        } catch {
-            printError(error.description)
-            throw ExitCode(ConfigError.exitCode)
-        }
+        let loaded = try ConfigSource.loadOrExit(config)
         print(EffectiveConfig.describe(loaded))
         print("configuration OK: \(config)")
     }

@@ -13,13 +13,7 @@ struct DemoCommand: AsyncParsableCommand {
     var config: String = "Config/demo.yaml"
 
     func run() async throws {
-        let loaded: ConciergeConfig
-        do {
-            loaded = try ConfigLoader.load(path: config)
-        } catch {
-            printError(error.description)
-            throw ExitCode(ConfigError.exitCode)
-        }
+        let loaded = try ConfigSource.loadOrExit(config)
         guard let upstream = loaded.upstream(named: loaded.environment) else { throw ExitCode(78) }
         let api = try await SampleAPI.start(host: upstream.host, port: upstream.port,
                                              configuration: SampleAPIConfiguration(accessTokenTTL: .seconds(60)))

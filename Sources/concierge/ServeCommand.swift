@@ -40,6 +40,16 @@ struct ServeCommand: AsyncParsableCommand {
 enum ConfigSource {
     static let systemPath = "/etc/concierge/concierge.yaml"
 
+    /// Loads a file, or prints every error and exits 78.
+    static func loadOrExit(_ path: String) throws -> ConciergeConfig {
+        do {
+            return try ConfigLoader.load(path: path)
+        } catch {
+            printError(error.description)
+            throw ExitCode(ConfigError.exitCode)
+        }
+    }
+
     static func load(_ explicit: String?, upstream: String? = nil) throws -> (ConciergeConfig, String?) {
         do {
             if let explicit { return (try ConfigLoader.load(path: explicit), explicit) }

@@ -175,3 +175,18 @@ enum RawHTTP {
         }
     }
 }
+
+@Suite("Proxy listener limits")
+struct ListenerLimitTests {
+    @Test("a client that does not finish its request head within header_timeout is disconnected")
+    func headerTimeout() async throws {
+        try await ConciergeTestRig.with(extra: "limits: { header_timeout: 1s }\n") { rig in
+            let started = ContinuousClock.now
+            let reply = try await RawHTTP.send("GET /api/items HTTP/1.1\r\nHost: x\r\n", port: rig.proxyPort)
+            #expect(reply.isEmpty)
+            let elapsed = ContinuousClock.now - started
+            #expect(elapsed >= .milliseconds(900))
+            #expect(elapsed < .seconds(4))
+        }
+    }
+}
