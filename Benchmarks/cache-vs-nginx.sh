@@ -13,8 +13,14 @@
 # before and after; nginx = master + worker), server RSS after the run (VmRSS), errors;
 # then the Concierge/nginx ratios. Raw wrk output goes to bench-out/.
 #
+# Both caches (Concierge's SQLite file, nginx's proxy_cache_path) live in one temporary
+# directory under STATE_BASE (default $TMPDIR or /tmp). Creating one file per entry is
+# what nginx's cache does on a MISS, and on some virtual disks that costs far more kernel
+# time than SQLite's appends to its WAL: STATE_BASE=/dev/shm puts both on tmpfs to compare
+# the proxies without the disk.
+#
 # Env: DURATION=10s CONNECTIONS=64 THREADS=1 SKIP_BUILD=0 RELEASE_DIR=.build/release
-#      OUT_DIR=bench-out/cache-vs-nginx-<time>
+#      STATE_BASE=/tmp OUT_DIR=bench-out/cache-vs-nginx-<time>
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -27,7 +33,8 @@ need_cmds nginx:nginx wrk:wrk curl:curl python3:python3
 ensure_release_build
 mkdir -p "$OUT_DIR"
 
-WORK=$(mktemp -d /tmp/concierge-bench.XXXXXX)
+STATE_BASE=${STATE_BASE:-${TMPDIR:-/tmp}}
+WORK=$(mktemp -d "$STATE_BASE/concierge-bench.XXXXXX")
 chmod 0711 "$WORK"
 cleanup() {
     local rc=$?
@@ -146,6 +153,7 @@ end
 EOF
 
 log "servers: sample API :$SAMPLE_PORT (pid $SAMPLE_PID), Concierge :$CONCIERGE_PORT (pid $CONCIERGE_PID), nginx :$NGINX_PORT (pids $(nginx_pids))"
+log "caches in $WORK ($(stat -f -c %T "$WORK") file system)"
 log "load average before the runs: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
 
 # run NAME SERVER PORT KIND PIDS...: one wrk run; appends a result row
@@ -154,17 +162,20 @@ run() {
     local server=$1 port=$2 kind=$3; shift 3
     local pids=("$@") out="$OUT_DIR/$server-$kind.txt" args=()
     [ "$kind" = MISS ] && args=(-s "$WORK/miss.lua")
-    local c0 s0 c1 s1
-    c0=$(cpu_ticks "${pids[@]}"); s0=$(cpu_ticks "$SAMPLE_PID")
+    local c0 s0 c1 s1 k0 k1
+    c0=$(cpu_ticks "${pids[@]}"); s0=$(cpu_ticks "$SAMPLE_PID"); k0=$(sys_ticks "${pids[@]}")
     log "wrk -t$THREADS -c$CONNECTIONS -d$DURATION --latency $kind -> $server"
     wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency "${args[@]}" "http://127.0.0.1:$port$HIT_PATH" -- "$server$RANDOM" > "$out"
-    c1=$(cpu_ticks "${pids[@]}"); s1=$(cpu_ticks "$SAMPLE_PID")
+    c1=$(cpu_ticks "${pids[@]}"); s1=$(cpu_ticks "$SAMPLE_PID"); k1=$(sys_ticks "${pids[@]}")
     local n rps p99 rss err cpu_us up_us
     n=$(wrk_requests "$out"); rps=$(wrk_rps "$out"); p99=$(wrk_pct_ms "$out" 99)
     err=$(wrk_errors "$out"); rss=$(rss_kib "${pids[@]}")
     cpu_us=$(awk -v d=$((c1 - c0)) -v n="$n" -v hz="$CLK_TCK" 'BEGIN {printf "%.1f", n ? d / hz * 1e6 / n : 0}')
     up_us=$(awk -v d=$((s1 - s0)) -v n="$n" -v hz="$CLK_TCK" 'BEGIN {printf "%.1f", n ? d / hz * 1e6 / n : 0}')
-    RESULTS+=("$kind $server $rps $p99 $cpu_us $((rss / 1024)) $up_us $err $n")
+    local sys_pct
+    sys_pct=$(awk -v k=$((k1 - k0)) -v c=$((c1 - c0)) 'BEGIN {printf "%.0f", c ? 100 * k / c : 0}')
+    echo "server CPU: $((c1 - c0)) ticks ($((k1 - k0)) system) at $CLK_TCK/s; sample API: $((s1 - s0)) ticks" >> "$out"
+    RESULTS+=("$kind $server $rps $p99 $cpu_us $((rss / 1024)) $up_us $err $n $sys_pct")
 }
 
 run concierge "$CONCIERGE_PORT" HIT "$CONCIERGE_PID"
@@ -176,12 +187,13 @@ run nginx "$NGINX_PORT" MISS $(nginx_pids)
 {
     echo
     echo "Concierge vs nginx proxy_cache: wrk -t$THREADS -c$CONNECTIONS -d$DURATION, $(nproc) cores, 127.0.0.1"
-    echo "(CPU/req = server utime+stime / requests; nginx = master+worker; sample API CPU not counted)"
+    echo "caches on $(stat -f -c %T "$WORK") ($STATE_BASE); CPU/req = server utime+stime / requests, nginx = master + worker + cache helpers;"
+    echo "sys% = kernel share of that CPU; the sample API's CPU is not counted (upstream us/req)"
     echo
-    printf '%-5s %-10s %11s %10s %13s %9s %16s %7s\n' run server "req/s" "p99 ms" "CPU us/req" "RSS MiB" "upstream us/req" errors
+    printf '%-5s %-10s %11s %10s %13s %6s %9s %16s %7s\n' run server "req/s" "p99 ms" "CPU us/req" "sys%" "RSS MiB" "upstream us/req" errors
     for row in "${RESULTS[@]}"; do
         set -- $row
-        printf '%-5s %-10s %11.0f %10.2f %13.1f %9d %16s %7d\n' "$1" "$2" "$3" "$4" "$5" "$6" "$([ "$1" = MISS ] && echo "$7" || echo -)" "$8"
+        printf '%-5s %-10s %11.0f %10.2f %13.1f %6s %9d %16s %7d\n' "$1" "$2" "$3" "$4" "$5" "${10}" "$6" "$([ "$1" = MISS ] && echo "$7" || echo -)" "$8"
     done
     echo
     printf '%-5s %20s %24s\n' run "req/s Concierge/nginx" "CPU/req Concierge/nginx"

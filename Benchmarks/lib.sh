@@ -83,6 +83,16 @@ cpu_ticks() {
     done
     echo "$total"
 }
+# System (kernel) part of that CPU time, in clock ticks.
+sys_ticks() {
+    local total=0 pid rest
+    for pid in "$@"; do
+        rest=$(sed 's/^.*) //' "/proc/$pid/stat") || continue
+        set -- $rest
+        total=$((total + ${13}))
+    done
+    echo "$total"
+}
 # Resident set size of the given PIDs, summed, in KiB.
 rss_kib() {
     local total=0 pid v
