@@ -65,7 +65,7 @@ public enum InvalidationCriteria: Sendable {
         case sharedAnd(String)
     }
 
-    func matches(_ entry: CacheEntry, regex: NSRegularExpression?) -> Bool {
+    func matches(_ entry: CacheEntry, regex: KeyMatcher?) -> Bool {
         switch self {
         case .all: return true
         case .user(let user): return entry.userID == user
@@ -78,8 +78,7 @@ public enum InvalidationCriteria: Sendable {
             }
         case .pattern:
             guard let regex else { return false }
-            let key = entry.key
-            return regex.firstMatch(in: key, range: NSRange(key.startIndex..., in: key)) != nil
+            return regex.matches(entry.key)
         }
     }
 }

@@ -4,6 +4,7 @@ import GRDB
 import Logging
 import NIOCore
 import Synchronization
+import GRDBSQLite
 
 /// The two-tier cache: a ``HotTier`` in memory in front of SQLite.
 ///
@@ -25,7 +26,7 @@ public final class CacheStore: Sendable {
 
     enum Operation: Sendable {
         case put(CacheEntry)
-        case invalidate(InvalidationCriteria, RegexBox?, CheckedContinuation<Int, any Error>)
+        case invalidate(InvalidationCriteria, KeyMatcher?, CheckedContinuation<Int, any Error>)
         case sweep([String: Int], CheckedContinuation<Int, Never>)
         case barrier(CheckedContinuation<Void, Never>)
     }
@@ -42,6 +43,8 @@ public final class CacheStore: Sendable {
     private let pending = Mutex<[Operation]>([])
     private let touched = Mutex<[String: Double]>([:])
     private let totals = Mutex(Totals())
+    /// Hashes of every key in SQLite: a lookup whose hash is absent skips the database.
+    private let presence = Mutex(Set<UInt64>())
     private let wakeup: AsyncStream<Void>
     private let wake: AsyncStream<Void>.Continuation
 
@@ -56,6 +59,19 @@ public final class CacheStore: Sendable {
             return Totals(entries: row["n"], bytes: row["b"])
         }
         totals.withLock { $0 = initial }
+        let hashes = try database.pool.read { db -> Set<UInt64> in
+            var set = Set<UInt64>(minimumCapacity: initial.entries)
+            let statement = try db.makeStatement(sql: "SELECT key FROM cache_entry")
+            let raw = statement.sqliteStatement
+            while sqlite3_step(raw) == SQLITE_ROW {
+                if let text = sqlite3_column_text(raw, 0) {
+                    set.insert(KeyHash.of(UnsafeRawBufferPointer(start: text, count: Int(sqlite3_column_bytes(raw, 0)))))
+                }
+            }
+            sqlite3_reset(raw)
+            return set
+        }
+        presence.withLock { $0 = hashes }
     }
 
     // MARK: Reads
@@ -70,6 +86,8 @@ public final class CacheStore: Sendable {
     /// Hot tier, then SQLite (promoting what it finds).
     public func lookup(_ key: String) async -> CacheEntry? {
         if let entry = hotLookup(key) { return entry }
+        let hash = KeyHash.of(key)
+        guard presence.withLock({ $0.contains(hash) }) else { return nil }
         do {
             let entry = try await database.pool.read { db -> CacheEntry? in
                 let statement = try db.cachedStatement(sql: """
@@ -144,9 +162,9 @@ public final class CacheStore: Sendable {
 
     /// Removes matching entries from both tiers; returns how many distinct entries went.
     public func invalidate(_ criteria: InvalidationCriteria) async throws -> Int {
-        let regex: RegexBox?
-        if case .pattern(let source) = criteria { regex = try RegexBox(source) } else { regex = nil }
-        hot.remove(where: criteria, regex: regex?.regex)
+        let regex: KeyMatcher?
+        if case .pattern(let source) = criteria { regex = try KeyMatcher(source) } else { regex = nil }
+        hot.remove(where: criteria, regex: regex)
         return try await withCheckedThrowingContinuation { continuation in
             enqueue(.invalidate(criteria, regex, continuation))
         }
@@ -205,7 +223,7 @@ public final class CacheStore: Sendable {
             return t
         }
         var results: [Result<Int, any Error>] = []
-        var removedAfterCommit: [(InvalidationCriteria, RegexBox?)] = []
+        var removedAfterCommit: [(InvalidationCriteria, KeyMatcher?)] = []
         var delta = Totals()
         let now = Date().timeIntervalSince1970
         do {
@@ -225,25 +243,26 @@ public final class CacheStore: Sendable {
                 for op in batch {
                     switch op {
                     case .put(let e):
+                        self.presence.withLock { _ = $0.insert(KeyHash.of(e.key)) }
                         if let old = try Int.fetchOne(sizeOf, arguments: [e.key]) {
                             delta.bytes -= old
                         } else {
                             delta.entries += 1
                         }
                         delta.bytes += e.size
-                        let headers = String(decoding: try JSONEncoder().encode(e.headers.map { [$0.name, $0.value] }), as: UTF8.self)
+                        let headers = JSONValue.array(e.headers.map { [.string($0.name), .string($0.value)] }).serialized
                         var body = e.body
                         let bytes = body.readBytes(length: body.readableBytes) ?? []
                         try upsert.execute(arguments: [e.key, e.endpoint, e.userID, e.status, e.storedAt, e.ttl, e.staleWhileRevalidate,
                                                        e.staleIfError, e.usableUntil, e.version, e.size, now, headers, Data(bytes)])
                         results.append(.success(0))
                     case .invalidate(let criteria, let regex, _):
-                        let (n, b) = try Self.delete(db, criteria, regex)
+                        let (n, b) = try self.delete(db, criteria, regex)
                         delta.entries -= n
                         delta.bytes -= b
                         results.append(.success(n))
                     case .sweep(let versions, _):
-                        let (n, b) = try Self.sweep(db, versions: versions, now: now)
+                        let (n, b) = try self.sweep(db, versions: versions, now: now)
                         delta.entries -= n
                         delta.bytes -= b
                         results.append(.success(n))
@@ -280,7 +299,7 @@ public final class CacheStore: Sendable {
             }
         }
         // A reader may have promoted a row between the first hot-tier removal and the delete.
-        for (criteria, regex) in removedAfterCommit { hot.remove(where: criteria, regex: regex?.regex) }
+        for (criteria, regex) in removedAfterCommit { hot.remove(where: criteria, regex: regex) }
     }
 
     /// Eviction keeps the cached bytes under 80% of `maxBytes`, so that the file with its
@@ -303,6 +322,7 @@ public final class CacheStore: Sendable {
                         let key: String = row["key"], size: Int = row["size"]
                         try delete.execute(arguments: [key])
                         self.hot.remove(key)
+                        self.presence.withLock { _ = $0.remove(KeyHash.of(key)) }
                         excess -= size
                         removedEntries += 1
                         removedBytes += size
@@ -324,57 +344,82 @@ public final class CacheStore: Sendable {
         }
     }
 
-    static func delete(_ db: Database, _ criteria: InvalidationCriteria, _ regex: RegexBox?) throws -> (Int, Int) {
-        let whereClause: String
-        var arguments: StatementArguments = []
-        var function: DatabaseFunction? = nil
-        switch criteria {
-        case .all:
-            whereClause = "1"
-        case .user(let user):
-            whereClause = "user_id = ?"
-            arguments = [user]
-        case .endpoints(let names, let scope):
-            let marks = Array(repeating: "?", count: max(1, names.count)).joined(separator: ",")
-            arguments = StatementArguments(names.isEmpty ? [""] : names)
-            switch scope {
-            case .everyone:
-                whereClause = "endpoint IN (\(marks))"
-            case .sharedOnly:
-                whereClause = "endpoint IN (\(marks)) AND user_id IS NULL"
-            case .sharedAnd(let user):
-                whereClause = "endpoint IN (\(marks)) AND (user_id IS NULL OR user_id = ?)"
-                arguments += [user]
-            }
-        case .pattern:
-            guard let regex else { return (0, 0) }
-            let fn = DatabaseFunction("concierge_regexp", argumentCount: 1, pure: true) { values in
-                guard let key = String.fromDatabaseValue(values[0]) else { return false }
-                return regex.firstMatch(in: key)
-            }
-            db.add(function: fn)
-            function = fn
-            whereClause = "concierge_regexp(key)"
+    /// Deletes rows matching a SQL condition; keeps the presence set in step.
+    func deleteRows(_ db: Database, where whereClause: String, _ arguments: StatementArguments = []) throws -> (Int, Int) {
+        var n = 0, b = 0
+        var hashes: [UInt64] = []
+        let rows = try Row.fetchCursor(db, sql: "DELETE FROM cache_entry WHERE \(whereClause) RETURNING key, size", arguments: arguments)
+        while let row = try rows.next() {
+            n += 1
+            b += row["size"] as Int
+            hashes.append(KeyHash.of(row["key"] as String))
         }
-        defer { if let function { db.remove(function: function) } }
-        let row = try Row.fetchOne(db, sql: "SELECT COUNT(*) AS n, COALESCE(SUM(size), 0) AS b FROM cache_entry WHERE \(whereClause)",
-                                   arguments: arguments)!
-        let n: Int = row["n"], b: Int = row["b"]
-        if n > 0 { try db.execute(sql: "DELETE FROM cache_entry WHERE \(whereClause)", arguments: arguments) }
+        if !hashes.isEmpty { presence.withLock { set in for h in hashes { set.remove(h) } } }
         return (n, b)
     }
 
-    static func sweep(_ db: Database, versions: [String: Int], now: Double) throws -> (Int, Int) {
+    func delete(_ db: Database, _ criteria: InvalidationCriteria, _ regex: KeyMatcher?) throws -> (Int, Int) {
+        switch criteria {
+        case .all:
+            let row = try Row.fetchOne(db, sql: "SELECT COUNT(*) AS n, COALESCE(SUM(size), 0) AS b FROM cache_entry")!
+            try db.execute(sql: "DELETE FROM cache_entry")
+            presence.withLock { $0.removeAll() }
+            return (row["n"], row["b"])
+        case .user(let user):
+            return try deleteRows(db, where: "user_id = ?", [user])
+        case .endpoints(let names, let scope):
+            let marks = Array(repeating: "?", count: max(1, names.count)).joined(separator: ",")
+            var arguments = StatementArguments(names.isEmpty ? [""] : names)
+            switch scope {
+            case .everyone:
+                return try deleteRows(db, where: "endpoint IN (\(marks))", arguments)
+            case .sharedOnly:
+                return try deleteRows(db, where: "endpoint IN (\(marks)) AND user_id IS NULL", arguments)
+            case .sharedAnd(let user):
+                arguments += [user]
+                return try deleteRows(db, where: "endpoint IN (\(marks)) AND (user_id IS NULL OR user_id = ?)", arguments)
+            }
+        case .pattern:
+            guard let regex else { return (0, 0) }
+            return try deleteMatching(db, regex)
+        }
+    }
+
+    /// Regex invalidation: one pass over the key index straight from SQLite's buffers (no
+    /// string per key), then deletes by rowid.
+    func deleteMatching(_ db: Database, _ regex: KeyMatcher) throws -> (Int, Int) {
+        var matched: [(rowid: Int64, size: Int, hash: UInt64)] = []
+        let scan = try db.makeStatement(sql: "SELECT rowid, key, size FROM cache_entry")
+        let raw = scan.sqliteStatement
+        defer { sqlite3_reset(raw) }
+        while true {
+            let rc = sqlite3_step(raw)
+            if rc == SQLITE_DONE { break }
+            guard rc == SQLITE_ROW else { throw DatabaseError(resultCode: ResultCode(rawValue: rc), message: "scan failed") }
+            guard let text = sqlite3_column_text(raw, 1) else { continue }
+            let matches = text.withMemoryRebound(to: CChar.self, capacity: 1) { regex.matches(cString: $0) }
+            if matches {
+                let bytes = UnsafeRawBufferPointer(start: text, count: Int(sqlite3_column_bytes(raw, 1)))
+                matched.append((sqlite3_column_int64(raw, 0), Int(sqlite3_column_int64(raw, 2)), KeyHash.of(bytes)))
+            }
+        }
+        guard !matched.isEmpty else { return (0, 0) }
+        let delete = try db.cachedStatement(sql: "DELETE FROM cache_entry WHERE rowid = ?")
+        var bytes = 0
+        for m in matched {
+            try delete.execute(arguments: [m.rowid])
+            bytes += m.size
+        }
+        presence.withLock { set in for m in matched { set.remove(m.hash) } }
+        return (matched.count, bytes)
+    }
+
+    func sweep(_ db: Database, versions: [String: Int], now: Double) throws -> (Int, Int) {
         var n = 0, b = 0
         func run(_ whereClause: String, _ arguments: StatementArguments) throws {
-            let row = try Row.fetchOne(db, sql: "SELECT COUNT(*) AS n, COALESCE(SUM(size), 0) AS b FROM cache_entry WHERE \(whereClause)",
-                                       arguments: arguments)!
-            let count: Int = row["n"]
-            if count > 0 {
-                n += count
-                b += row["b"] as Int
-                try db.execute(sql: "DELETE FROM cache_entry WHERE \(whereClause)", arguments: arguments)
-            }
+            let (count, size) = try deleteRows(db, where: whereClause, arguments)
+            n += count
+            b += size
         }
         try run("usable_until <= ?", [now])
         for (endpoint, version) in versions {

@@ -104,7 +104,7 @@ public final class HotTier: Sendable {
 
     /// Removes matching entries; returns their keys.
     @discardableResult
-    public func remove(where criteria: InvalidationCriteria, regex: NSRegularExpression?) -> [String] {
+    public func remove(where criteria: InvalidationCriteria, regex: KeyMatcher?) -> [String] {
         // Collect under the lock, match outside it so a slow regex does not stall hits.
         let snapshot: [CacheEntry] = state.withLock { s in s.nodes.compactMap { $0?.entry } }
         let keys = snapshot.filter { criteria.matches($0, regex: regex) }.map(\.key)

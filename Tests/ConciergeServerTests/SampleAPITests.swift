@@ -135,10 +135,10 @@ struct SampleAPITests {
     }
 
     @Test func accessTokenExpiresAfterTTL() async throws {
-        try await withSampleAPI(.init(accessTokenTTL: .milliseconds(200))) { api in
+        try await withSampleAPI(.init(accessTokenTTL: .seconds(2))) { api in
             let tokens = try await login(api)
             #expect(try await send(api, "GET", "/api/user/info?accessToken=\(tokens.access)").code == 200)
-            try await Task.sleep(for: .milliseconds(300))
+            try await Task.sleep(for: .milliseconds(2100))
             #expect(try await send(api, "GET", "/api/user/info?accessToken=\(tokens.access)").code == 801)
         }
     }

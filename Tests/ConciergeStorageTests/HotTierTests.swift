@@ -149,7 +149,7 @@ struct HotTierTests {
     @Test("remove(where: .pattern) runs the regex as an unanchored search over keys")
     func removeByPattern() throws {
         let hot = seeded()
-        let regex = try NSRegularExpression(pattern: "page=1")
+        let regex = try KeyMatcher("page=1")
         let removed = hot.remove(where: .pattern("page=1"), regex: regex)
         #expect(removed.count == 2)
         #expect(hot.get("GET https://api.example.com/api/items?page=2 v=1") != nil)

@@ -134,20 +134,41 @@ public final class ProxyPipeline: Sendable {
 
     // MARK: - Fast path
 
+    /// What the synchronous fast path found.
+    enum FastPath: Sendable {
+        /// A fresh hot-tier hit (or a local reply): write it now.
+        case reply(ProxyReply)
+        /// Go on with ``handle(_:prepared:)`` without preparing again.
+        case prepared(Preparation)
+    }
+
+    /// A fresh hot-tier hit, answered synchronously on the event loop.
+    func fastPath(_ incoming: IncomingRequest) -> FastPath {
+        let preparation = prepare(incoming)
+        guard case .ready(let p) = preparation else { return .prepared(preparation) }
+        let now = Date().timeIntervalSince1970
+        guard let key = p.cacheKey, !p.bypass, let entry = cache.hotLookup(key, now: now), entry.isFresh(at: now) else {
+            return .prepared(preparation)
+        }
+        stats.increment(.hits)
+        return .reply(cachedReply(entry, p, status: "HIT", now: now))
+    }
+
     /// A fresh hot-tier hit, answered synchronously; `nil` means "use ``handle(_:)``".
     public func fastReply(_ incoming: IncomingRequest) -> ProxyReply? {
-        let now = Date().timeIntervalSince1970
-        guard case .ready(let p) = prepare(incoming), let key = p.cacheKey, !p.bypass,
-              let entry = cache.hotLookup(key, now: now), entry.isFresh(at: now) else { return nil }
-        stats.increment(.hits)
-        return cachedReply(entry, p, status: "HIT", now: now)
+        if case .reply(let reply) = fastPath(incoming) { return reply }
+        return nil
     }
 
     // MARK: - Full pipeline
 
     public func handle(_ incoming: IncomingRequest) async -> ProxyReply {
+        await handle(incoming, prepared: prepare(incoming))
+    }
+
+    func handle(_ incoming: IncomingRequest, prepared: Preparation) async -> ProxyReply {
         let p: Prepared
-        switch prepare(incoming) {
+        switch prepared {
         case .reply(let reply): return reply
         case .ready(let prepared): p = prepared
         }
@@ -162,7 +183,7 @@ public final class ProxyPipeline: Sendable {
         let now = Date().timeIntervalSince1970
         if p.bypass {
             stats.increment(.bypass)
-            let result = await coalescer.run(key: "bypass " + key) { await self.fetchAndStore(p, key: key) }
+            let result = await fetchAndStore(p, key: key)
             return withCacheHeaders(result, status: "BYPASS", cacheStatus: "concierge; fwd=request")
         }
         let entry = await cache.lookup(key)
@@ -535,22 +556,30 @@ extension ProxyPipeline.ExchangeOutcome {
 }
 
 /// Concurrent misses on one key make one upstream call; the others wait for its result
-/// (SPEC §3 step 7). The call runs in its own task, so a waiter going away does not cancel
-/// it for the rest.
+/// (SPEC §3 step 7). The first caller does the work inline (no extra task); callers that
+/// arrive while it runs are parked and handed the same result.
+///
+/// - Important: a leader cancelled mid-call (a `fail_fast` batch) hands its cancelled
+///   result to the waiters too.
 final class MissCoalescer: Sendable {
-    private let inFlight = Mutex<[String: Task<ProxyPipeline.ExchangeResult, Never>]>([:])
+    private let waiters = Mutex<[String: [CheckedContinuation<ProxyPipeline.ExchangeResult?, Never>]]>([:])
 
-    func run(key: String, _ work: @escaping @Sendable () async -> ProxyPipeline.ExchangeResult) async -> ProxyPipeline.ExchangeResult {
-        let task = inFlight.withLock { map -> Task<ProxyPipeline.ExchangeResult, Never> in
-            if let existing = map[key] { return existing }
-            let task = Task {
-                let result = await work()
-                _ = self.inFlight.withLock { $0.removeValue(forKey: key) }
-                return result
+    func run(key: String, _ work: @Sendable () async -> ProxyPipeline.ExchangeResult) async -> ProxyPipeline.ExchangeResult {
+        let shared: ProxyPipeline.ExchangeResult? = await withCheckedContinuation { continuation in
+            let joined = waiters.withLock { map -> Bool in
+                if map[key] != nil {
+                    map[key]!.append(continuation)
+                    return true
+                }
+                map[key] = []
+                return false
             }
-            map[key] = task
-            return task
+            if !joined { continuation.resume(returning: nil) }
         }
-        return await task.value
+        if let shared { return shared }
+        let result = await work()
+        let parked = waiters.withLock { $0.removeValue(forKey: key) ?? [] }
+        for waiter in parked { waiter.resume(returning: result) }
+        return result
     }
 }

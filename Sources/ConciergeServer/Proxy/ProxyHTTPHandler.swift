@@ -149,10 +149,21 @@ final class ProxyHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         let incoming = IncomingRequest(method: head.method.rawValue, target: head.uri, headers: head.headers, body: body,
                                        clientAddress: remoteAddress)
         let keepAlive = head.isKeepAlive
-        if case .buffered = body, let reply = server.fastReply(incoming) {
-            writeSynchronously(reply, head: head, keepAlive: keepAlive, context: context)
-            server.log(incoming, reply, started: started)
-            return
+        var prepared: ProxyPipeline.Preparation? = nil
+        if case .buffered = body, let fast = server.fastPath(incoming) {
+            switch fast {
+            case .reply(let reply):
+                writeSynchronously(reply, head: head, keepAlive: keepAlive, context: context)
+                server.log(incoming, reply, started: started)
+                return
+            case .prepared(let preparation):
+                if case .reply(let reply) = preparation, case .buffer = reply.body {
+                    writeSynchronously(reply, head: head, keepAlive: keepAlive, context: context)
+                    server.log(incoming, reply, started: started)
+                    return
+                }
+                prepared = preparation
+            }
         }
         let channel = context.channel
         let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
@@ -160,7 +171,7 @@ final class ProxyHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         let version = head.version
         let isHead = head.method == .HEAD
         Task {
-            let reply = await server.handle(incoming)
+            let reply = await server.handle(incoming, prepared: prepared)
             let ok = await ResponseWriter.write(reply, version: version, keepAlive: keepAlive, isHead: isHead, to: channel)
             server.log(incoming, reply, started: started)
             channel.eventLoop.execute {

@@ -30,17 +30,19 @@ final class ProxyServerContext: Sendable {
 
     var requestsInFlight: Int { inFlight.withLock { $0 } }
 
-    func fastReply(_ incoming: IncomingRequest) -> ProxyReply? {
+    /// A synchronous reply (fresh hot hit or local answer), or the preparation to go on with.
+    func fastPath(_ incoming: IncomingRequest) -> ProxyPipeline.FastPath? {
         if incoming.target.hasPrefix(ConciergeRoutes.prefix) { return nil }
-        return pipeline.fastReply(incoming)
+        return pipeline.fastPath(incoming)
     }
 
-    func handle(_ incoming: IncomingRequest) async -> ProxyReply {
+    func handle(_ incoming: IncomingRequest, prepared: ProxyPipeline.Preparation? = nil) async -> ProxyReply {
         inFlight.withLock { $0 += 1 }
         defer { inFlight.withLock { $0 -= 1 } }
         if incoming.target.hasPrefix(ConciergeRoutes.prefix) {
             return await ownRoutes.handle(incoming)
         }
+        if let prepared { return await pipeline.handle(incoming, prepared: prepared) }
         return await pipeline.handle(incoming)
     }
 
