@@ -20,7 +20,7 @@ struct DemoCommand: AsyncParsableCommand {
         guard case .tcp(let host, let port) = loaded.listen.proxy else { throw ExitCode(78) }
         let admin = "\(loaded.listen.admin)"
         let token = (try? ConciergeDaemon.adminToken(loaded)) ?? nil
-        print("""
+        let banner = """
             Concierge demo
               sample API   http://\(upstream.host):\(api.port)   (access tokens expire after 60 s, then answer 801)
               proxy        http://\(host):\(port)
@@ -39,7 +39,8 @@ struct DemoCommand: AsyncParsableCommand {
 
             Ctrl-C stops both.
 
-            """)
+            """
+        FileHandle.standardOutput.write(Data((banner + "\n").utf8))
         defer { Task { await api.shutdown() } }
         try await ServeCommand.runDaemon(loaded, path: config)
         await api.shutdown()
