@@ -33,7 +33,9 @@ final class ProxyListener: Service {
             .childChannelOption(.maxMessagesPerRead, value: 16)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.configureHTTPServerPipeline(withPipeliningAssistance: true, withErrorHandling: false)
+                    // Reply headers come from a parsed upstream reply or from Concierge itself: no re-validation.
+                    try channel.pipeline.syncOperations.configureHTTPServerPipeline(
+                        withPipeliningAssistance: true, withErrorHandling: false, withOutboundHeaderValidation: false)
                     try channel.pipeline.syncOperations.addHandler(ProxyHTTPHandler(server: context))
                 }
             }
