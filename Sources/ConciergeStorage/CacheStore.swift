@@ -45,6 +45,12 @@ public final class CacheStore: Sendable {
     private let totals = Mutex(Totals())
     /// Hashes of every key in SQLite: a lookup whose hash is absent skips the database.
     private let presence = Mutex(Set<UInt64>())
+    /// Rows already invalidated but still being deleted in the background (large regex
+    /// invalidations): never served, never listed.
+    private let doomed = Mutex(Set<Int64>())
+    /// Above this many matches a regex invalidation answers once the rows are unreachable
+    /// and deletes them in the background, in chunks.
+    static let inlineDeleteLimit = 5000
     private let wakeup: AsyncStream<Void>
     private let wake: AsyncStream<Void>.Continuation
 
@@ -91,10 +97,11 @@ public final class CacheStore: Sendable {
         do {
             let entry = try await database.pool.read { db -> CacheEntry? in
                 let statement = try db.cachedStatement(sql: """
-                    SELECT key, endpoint, user_id, status, stored_at, ttl, swr, sie, version, headers, body
+                    SELECT rowid, key, endpoint, user_id, status, stored_at, ttl, swr, sie, version, headers, body
                     FROM cache_entry WHERE key = ?
                     """)
                 guard let row = try Row.fetchOne(statement, arguments: [key]) else { return nil }
+                if self.doomed.withLock({ $0.contains(row["rowid"]) }) { return nil }
                 return Self.entry(from: row)
             }
             guard let entry else { return nil }
@@ -128,7 +135,7 @@ public final class CacheStore: Sendable {
         return try await database.pool.read { db in
             var result: [EntrySummary] = []
             let statement = try db.cachedStatement(sql: """
-                SELECT key, endpoint, user_id, size, stored_at, ttl FROM cache_entry WHERE key > ? ORDER BY key LIMIT ?
+                SELECT rowid, key, endpoint, user_id, size, stored_at, ttl FROM cache_entry WHERE key > ? ORDER BY key LIMIT ?
                 """)
             var after = cursor ?? ""
             while result.count <= limit {
@@ -138,6 +145,7 @@ public final class CacheStore: Sendable {
                     let key: String = row["key"]
                     after = key
                     if let pattern, !pattern.firstMatch(in: key) { continue }
+                    if self.doomed.withLock({ $0.contains(row["rowid"]) }) { continue }
                     let storedAt: Double = row["stored_at"], ttl: Double = row["ttl"]
                     result.append(EntrySummary(key: key, endpoint: row["endpoint"], userID: row["user_id"], size: row["size"],
                                                age: max(0, Int(now - storedAt)), ttl: Int((storedAt + ttl - now).rounded(.down))))
@@ -230,7 +238,7 @@ public final class CacheStore: Sendable {
             (results, delta) = try await database.pool.write { db -> ([Result<Int, any Error>], Totals) in
                 var results: [Result<Int, any Error>] = []
                 var delta = Totals()
-                let sizeOf = try db.cachedStatement(sql: "SELECT size FROM cache_entry WHERE key = ?")
+                let sizeOf = try db.cachedStatement(sql: "SELECT rowid, size FROM cache_entry WHERE key = ?")
                 let upsert = try db.cachedStatement(sql: """
                     INSERT INTO cache_entry (key, endpoint, user_id, status, stored_at, ttl, swr, sie, usable_until, version, size,
                       last_access, headers, body)
@@ -244,9 +252,11 @@ public final class CacheStore: Sendable {
                     switch op {
                     case .put(let e):
                         self.presence.withLock { _ = $0.insert(KeyHash.of(e.key)) }
-                        if let old = try Int.fetchOne(sizeOf, arguments: [e.key]) {
-                            delta.bytes -= old
+                        if let old = try Row.fetchOne(sizeOf, arguments: [e.key]),
+                           !self.doomed.withLock({ $0.remove(old["rowid"] as Int64) != nil }) {
+                            delta.bytes -= old["size"] as Int
                         } else {
+                            // New, or replacing a row already counted out by an invalidation.
                             delta.entries += 1
                         }
                         delta.bytes += e.size
@@ -404,14 +414,42 @@ public final class CacheStore: Sendable {
             }
         }
         guard !matched.isEmpty else { return (0, 0) }
-        let delete = try db.cachedStatement(sql: "DELETE FROM cache_entry WHERE rowid = ?")
-        var bytes = 0
-        for m in matched {
-            try delete.execute(arguments: [m.rowid])
-            bytes += m.size
-        }
+        let bytes = matched.reduce(0) { $0 + $1.size }
         presence.withLock { set in for m in matched { set.remove(m.hash) } }
+        if matched.count <= Self.inlineDeleteLimit {
+            let delete = try db.cachedStatement(sql: "DELETE FROM cache_entry WHERE rowid = ?")
+            for m in matched { try delete.execute(arguments: [m.rowid]) }
+        } else {
+            // Unreachable now (presence set, doomed set), deleted in the background.
+            let rowids = matched.map(\.rowid)
+            doomed.withLock { set in for id in rowids { set.insert(id) } }
+            let cutoff = Date().timeIntervalSince1970
+            Task { await self.deleteInBackground(rowids, storedUpTo: cutoff) }
+        }
         return (matched.count, bytes)
+    }
+
+    /// Deletes invalidated rows in chunks so cache writes and hits are not held up.
+    /// A row whose key was stored again meanwhile is kept: an upsert gives the row a new
+    /// `stored_at`, so only rows still stored before the invalidation go.
+    private func deleteInBackground(_ rowids: [Int64], storedUpTo cutoff: Double) async {
+        var index = 0
+        while index < rowids.count {
+            let chunk = Array(rowids[index..<min(index + 2000, rowids.count)])
+            index += chunk.count
+            do {
+                try await database.pool.write { db in
+                    let delete = try db.cachedStatement(sql: "DELETE FROM cache_entry WHERE rowid = ? AND stored_at <= ?")
+                    for id in chunk { try delete.execute(arguments: [id, cutoff]) }
+                }
+            } catch {
+                logger.error("background delete of invalidated entries failed", metadata: ["error": "\(error)"])
+            }
+        }
+        // A reader that opened its snapshot before the last chunk committed may still see
+        // those rows: keep them marked a little longer.
+        try? await Task.sleep(for: .seconds(2))
+        doomed.withLock { set in for id in rowids { set.remove(id) } }
     }
 
     func sweep(_ db: Database, versions: [String: Int], now: Double) throws -> (Int, Int) {
