@@ -34,16 +34,7 @@ ensure_release_build
 mkdir -p "$OUT_DIR"
 
 STATE_BASE=${STATE_BASE:-${TMPDIR:-/tmp}}
-WORK=$(mktemp -d "$STATE_BASE/concierge-bench.XXXXXX")
-chmod 0711 "$WORK"
-cleanup() {
-    local rc=$?
-    stop_all
-    rm -rf "$WORK"
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+make_workdir concierge-bench
 
 SAMPLE_PORT=$(free_port)
 CONCIERGE_PORT=$(free_port)

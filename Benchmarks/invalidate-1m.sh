@@ -32,15 +32,7 @@ need_cmds sqlite3:sqlite3 wrk:wrk curl:curl python3:python3
 ensure_release_build
 mkdir -p "$OUT_DIR"
 
-WORK=$(mktemp -d "${STATE_BASE:-${TMPDIR:-/tmp}}/concierge-inv.XXXXXX")
-cleanup() {
-    local rc=$?
-    stop_all
-    rm -rf "$WORK"
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+make_workdir concierge-inv
 
 SAMPLE_PORT=$(free_port)
 PROXY_PORT=$(free_port)

@@ -124,3 +124,12 @@ wrk_max_ms() {
         if (u == "us") v /= 1000; else if (u == "s") v *= 1000; else if (u == "m") v *= 60000
         printf "%.2f", v; exit }' "$1"
 }
+
+# make_workdir PREFIX: a temp dir under STATE_BASE (default $TMPDIR or /tmp) in $WORK, removed
+# with every tracked process when the script exits.
+make_workdir() {
+    WORK=$(mktemp -d "${STATE_BASE:-${TMPDIR:-/tmp}}/$1.XXXXXX")
+    chmod 0711 "$WORK"
+    trap 'rc=$?; stop_all; rm -rf "$WORK"; exit "$rc"' EXIT
+    trap 'exit 130' INT TERM
+}
