@@ -117,7 +117,14 @@ public final class CacheStore: Sendable {
 
     static func entry(from row: Row) -> CacheEntry {
         let headerText: String = row["headers"]
-        let pairs = (try? JSONDecoder().decode([[String]].self, from: Data(headerText.utf8))) ?? []
+        // Written by the writer as a JSON list of [name, value] pairs.
+        var pairs: [[String]] = []
+        if case .array(let items)? = JSONValue.parse(headerText) {
+            pairs = items.map { item in
+                if case .array(let parts) = item { return parts.compactMap(\.stringValue) }
+                return []
+            }
+        }
         let body: Data = row["body"] ?? Data()
         return CacheEntry(key: row["key"], endpoint: row["endpoint"], userID: row["user_id"], status: row["status"],
                           headers: pairs.compactMap { $0.count == 2 ? ($0[0], $0[1]) : nil },

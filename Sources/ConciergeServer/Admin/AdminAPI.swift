@@ -33,7 +33,7 @@ struct AdminAPI: Sendable {
             let criteria: InvalidationCriteria
             let by: String
             if case .string(let pattern)? = fields["pattern"] {
-                do { _ = try RegexBox(pattern) } catch { return errorReply(.badRequest, "invalid regex: \(Self.describe(error))") }
+                do { _ = try RegexBox(pattern) } catch { return json(["error": .string("invalid regex: \(Self.describe(error))")], status: .badRequest) }
                 criteria = .pattern(pattern)
                 by = "pattern"
             } else if case .string(let endpoint)? = fields["endpoint"] {
@@ -58,7 +58,7 @@ struct AdminAPI: Sendable {
             let query = request.uri.queryParameters
             var pattern: RegexBox? = nil
             if let p = query.get("pattern"), !p.isEmpty {
-                do { pattern = try RegexBox(p) } catch { return errorReply(.badRequest, "invalid regex: \(Self.describe(error))") }
+                do { pattern = try RegexBox(p) } catch { return json(["error": .string("invalid regex: \(Self.describe(error))")], status: .badRequest) }
             }
             var limit = 100
             if let l = query.get("limit") {
@@ -132,10 +132,6 @@ private func json(_ value: JSONValue, status: HTTPResponse.Status = .ok) -> Resp
 
 private func error(_ status: HTTPResponse.Status, _ message: String) -> Response {
     json(["error": .string(message)], status: status)
-}
-
-private func errorReply(_ status: HTTPResponse.Status, _ message: String) -> Response {
-    error(status, message)
 }
 
 private func readJSON(_ request: Request) async throws -> JSONValue {

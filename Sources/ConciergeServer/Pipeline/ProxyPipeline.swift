@@ -13,7 +13,7 @@ import Synchronization
 /// → inject token → sign → forward → envelope → refresh-and-replay or logout → capture
 /// → validate → store → reply.
 ///
-/// ``fastReply(_:)`` is the synchronous subset a listener runs on its event loop: a fresh
+/// ``fastPath(_:)`` is the synchronous subset a listener runs on its event loop: a fresh
 /// hot-tier hit answered without a task or any I/O. Everything else goes through
 /// ``handle(_:)``.
 public final class ProxyPipeline: Sendable {
@@ -154,12 +154,6 @@ public final class ProxyPipeline: Sendable {
         return .reply(cachedReply(entry, p, status: "HIT", now: now))
     }
 
-    /// A fresh hot-tier hit, answered synchronously; `nil` means "use ``handle(_:)``".
-    public func fastReply(_ incoming: IncomingRequest) -> ProxyReply? {
-        if case .reply(let reply) = fastPath(incoming) { return reply }
-        return nil
-    }
-
     // MARK: - Full pipeline
 
     public func handle(_ incoming: IncomingRequest) async -> ProxyReply {
@@ -251,7 +245,7 @@ public final class ProxyPipeline: Sendable {
 
     private func fetchAndStore(_ p: Prepared, key: String) async -> ExchangeResult {
         var result = await exchange(p)
-        guard let storable = result.storable, let key = Optional(key) else { return result.result }
+        guard let storable = result.storable else { return result.result }
         let policy = p.endpoint.cache
         let entry = CacheEntry(key: key, endpoint: p.endpoint.name, userID: p.cacheUser, status: storable.status,
                                headers: storable.headers, body: storable.body, storedAt: Date().timeIntervalSince1970,
@@ -545,13 +539,6 @@ public final class ProxyPipeline: Sendable {
             down ? set.insert(name).inserted : (set.remove(name) != nil)
         }
         if changed { events.publish(down ? "upstream.down" : "upstream.up", ["upstream": .string(name)]) }
-    }
-}
-
-extension ProxyPipeline.ExchangeOutcome {
-    init(result: ProxyPipeline.ExchangeResult, storable: ProxyPipeline.Storable?, _ unused: Void = ()) {
-        self.result = result
-        self.storable = storable
     }
 }
 

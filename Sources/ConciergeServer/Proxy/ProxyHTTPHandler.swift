@@ -126,8 +126,8 @@ final class ProxyHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             }
             head.uri = origin
         }
-        if let length = head.headers.first(name: "content-length").flatMap(Int.init), length > limits.maxBodyBytes,
-           !server.streams(method: head.method.rawValue, target: head.uri) {
+        let streamsBody = server.streams(method: head.method.rawValue, target: head.uri)
+        if let length = head.headers.first(name: "content-length").flatMap(Int.init), length > limits.maxBodyBytes, !streamsBody {
             state = .discarding
             respondLocally(.error(413, "request body larger than \(limits.maxBodyBytes) bytes"), head: head, keepAlive: false, context: context)
             return
@@ -135,7 +135,7 @@ final class ProxyHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         let started = ContinuousClock.now
         let hasBody = (head.headers.first(name: "content-length").flatMap(Int.init) ?? 0) > 0
             || head.headers["transfer-encoding"].contains { $0.lowercased().contains("chunked") }
-        if hasBody, server.streams(method: head.method.rawValue, target: head.uri) {
+        if hasBody, streamsBody {
             let (stream, continuation) = AsyncStream.makeStream(of: ByteBuffer.self)
             state = .streaming(head, continuation)
             let length = head.headers.first(name: "content-length").flatMap(Int.init)

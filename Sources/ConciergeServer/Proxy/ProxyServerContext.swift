@@ -11,21 +11,23 @@ import Synchronization
 final class ProxyServerContext: Sendable {
     let pipeline: ProxyPipeline
     let runtime: Runtime
-    let requestLog: RequestLog
     let ownRoutes: ConciergeRoutes
+    /// Counts a finished request in the metrics and writes its log line.
+    let record: @Sendable (IncomingRequest, ProxyReply, ContinuousClock.Instant) -> Void
     private let inFlight = Mutex(0)
 
     init(pipeline: ProxyPipeline, requestLog: RequestLog) {
         self.pipeline = pipeline
         self.runtime = pipeline.runtime
-        self.requestLog = requestLog
         let stats = pipeline.stats
         let runtime = pipeline.runtime
-        self.ownRoutes = ConciergeRoutes(pipeline: pipeline) { incoming, reply, started in
+        let record: @Sendable (IncomingRequest, ProxyReply, ContinuousClock.Instant) -> Void = { incoming, reply, started in
             let total = ContinuousClock.now - started
             stats.recordRequest(endpoint: reply.endpoint, cache: reply.cacheStatus, status: reply.status, duration: total)
             requestLog.log(incoming, reply, total: total, config: runtime.current)
         }
+        self.record = record
+        self.ownRoutes = ConciergeRoutes(pipeline: pipeline, log: record)
     }
 
     var requestsInFlight: Int { inFlight.withLock { $0 } }
@@ -66,8 +68,6 @@ final class ProxyServerContext: Sendable {
     }
 
     func log(_ incoming: IncomingRequest, _ reply: ProxyReply, started: ContinuousClock.Instant) {
-        let total = ContinuousClock.now - started
-        pipeline.stats.recordRequest(endpoint: reply.endpoint, cache: reply.cacheStatus, status: reply.status, duration: total)
-        requestLog.log(incoming, reply, total: total, config: runtime.current)
+        record(incoming, reply, started)
     }
 }

@@ -41,16 +41,11 @@ public final class SessionState: Sendable {
     /// Drops the session; returns the tokens that were dropped.
     @discardableResult
     public func clear() async throws -> SessionTokens? {
-        try await writeLock.run {
-            let old = current
-            try await store.save(nil)
-            state.withLock { $0.tokens = nil; $0.generation += 1 }
-            return old
-        }
+        try await clear(ifAccessToken: nil)
     }
 
     /// Drops the session only if it still holds `accessToken` (so a logout reply to an old
-    /// token does not drop a newer login).
+    /// token does not drop a newer login); `nil` drops whatever session there is.
     @discardableResult
     public func clear(ifAccessToken accessToken: String?) async throws -> SessionTokens? {
         try await writeLock.run {
