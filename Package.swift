@@ -97,9 +97,22 @@ let package = Package(
                 "ConciergeServer",
                 "ConciergeSampleAPI",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOPosix", package: "swift-nio"),
             ]
         ),
-        .testTarget(name: "ConciergeCoreTests", dependencies: ["ConciergeCore"]),
+        /// Fuzz targets over the parsers hostile input reaches (config loader, batch/chain
+        /// bodies with templates, cache-key canonicalisation). `scripts/fuzz.sh` builds the
+        /// executables with libFuzzer (`-sanitize=fuzzer -DFUZZING`); built normally they
+        /// replay corpus files, and the unit tests replay `Fuzz/corpus/`.
+        .target(
+            name: "ConciergeFuzzing",
+            dependencies: ["ConciergeCore", .product(name: "NIOHTTP1", package: "swift-nio")],
+            path: "Fuzz/ConciergeFuzzing"
+        ),
+        .executableTarget(name: "fuzz-config", dependencies: ["ConciergeFuzzing"], path: "Fuzz/fuzz-config"),
+        .executableTarget(name: "fuzz-subrequests", dependencies: ["ConciergeFuzzing"], path: "Fuzz/fuzz-subrequests"),
+        .executableTarget(name: "fuzz-cachekey", dependencies: ["ConciergeFuzzing"], path: "Fuzz/fuzz-cachekey"),
+        .testTarget(name: "ConciergeCoreTests", dependencies: ["ConciergeCore", "ConciergeFuzzing"]),
         .testTarget(name: "ConciergeStorageTests", dependencies: ["ConciergeStorage"]),
         .testTarget(
             name: "ConciergeServerTests",

@@ -40,7 +40,8 @@ public final class ConciergeTestRig: Sendable {
     ///   - extra: further top-level YAML (session, envelope, signing, hooks…); replaces the defaults of the same sections.
     public static func start(endpoints: String? = nil, extra: String = "", api givenAPI: RunningSampleAPI? = nil,
                              apiConfiguration: SampleAPIConfiguration = .init(), directory: String? = nil,
-                             configTransform: (@Sendable (String) -> String)? = nil) async throws -> ConciergeTestRig {
+                             configTransform: (@Sendable (String) -> String)? = nil,
+                             environment: [String: String] = [:]) async throws -> ConciergeTestRig {
         let ownsAPI = givenAPI == nil
         let api: RunningSampleAPI
         if let givenAPI { api = givenAPI } else { api = try await SampleAPI.start(configuration: apiConfiguration) }
@@ -50,7 +51,7 @@ public final class ConciergeTestRig: Sendable {
         if let configTransform { yaml = configTransform(yaml) }
         let configPath = dir + "/concierge.yaml"
         try yaml.write(toFile: configPath, atomically: true, encoding: .utf8)
-        let config = try ConfigLoader.load(path: configPath, environment: [:])
+        let config = try ConfigLoader.load(path: configPath, environment: environment)
         return try await launch(config: config, configPath: configPath, api: api, ownsAPI: ownsAPI, directory: dir)
     }
 

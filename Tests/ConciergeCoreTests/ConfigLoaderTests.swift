@@ -723,4 +723,61 @@ struct ConfigLoaderTests {
             #expect(error.issues.first?.line == 4)
         }
     }
+
+    // MARK: Hostile input (SPEC §10)
+
+    @Test("a non-ASCII or control-character common header is an error naming the key and line")
+    func invalidCommonHeaders() {
+        let found = issues("""
+            upstreams: { release: "http://127.0.0.1:9000" }
+            common:
+              headers:
+                "🚀": "1"
+                X-Ok: "a\\r\\nb"
+            """)
+        #expect(issue("common.headers.🚀", in: found)?.line == 4)
+        #expect(issue("common.headers.🚀", in: found)?.message.contains("invalid header name") == true)
+        #expect(issue("common.headers.X-Ok", in: found)?.line == 5)
+    }
+
+    @Test("an injected header name must be a token")
+    func invalidInjectedHeader() {
+        let found = issues("""
+            upstreams: { release: "http://127.0.0.1:9000" }
+            session:
+              inject: [ { header: "Auth orization" } ]
+            """)
+        #expect(issue("session.inject[0].header", in: found)?.line == 3)
+    }
+
+    @Test("allowed_hosts, body_timeout and underscores_in_headers load; a host with a port or scheme is an error")
+    func hardeningKeys() throws {
+        let config = try ConfigLoader.parse(yaml: """
+            upstreams: { release: "http://127.0.0.1:9000" }
+            listen: { allowed_hosts: [app.local, .corp.example] }
+            limits: { body_timeout: 5s, underscores_in_headers: true }
+            """)
+        #expect(config.listen.allowedHosts == ["app.local", ".corp.example"])
+        #expect(config.limits.bodyTimeout == .seconds(5))
+        #expect(config.limits.underscoresInHeaders)
+        let defaults = try ConfigLoader.parse(yaml: "upstreams: { release: \"http://127.0.0.1:9000\" }")
+        #expect(defaults.limits.bodyTimeout == .seconds(30))
+        #expect(!defaults.limits.underscoresInHeaders)
+        let found = issues("""
+            upstreams: { release: "http://127.0.0.1:9000" }
+            listen:
+              allowed_hosts: ["http://x", "app.local:8080"]
+            """)
+        #expect(issue("listen.allowed_hosts[0]", in: found)?.line == 3)
+        #expect(issue("listen.allowed_hosts[1]", in: found) != nil)
+    }
+
+    @Test("values taken from the environment are kept as secrets to mask; defaults are not")
+    func secretValues() throws {
+        let config = try ConfigLoader.parse(yaml: """
+            upstreams: { release: "${API:-http://127.0.0.1:9000}" }
+            signing: { secret: "${SIGN_SECRET}" }
+            """, environment: ["SIGN_SECRET": "sg-very-private"])
+        #expect(config.secretValues == ["sg-very-private"])
+    }
 }

@@ -285,7 +285,7 @@ final class StalledSubscriber: Sendable {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
         guard ok == 0 else { throw TimeoutError() }
-        let request = Array("GET /_concierge/events HTTP/1.1\r\nHost: x\r\n\r\n".utf8)
+        let request = Array("GET /_concierge/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8)
         _ = request.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
     }
 

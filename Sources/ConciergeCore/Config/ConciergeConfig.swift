@@ -19,6 +19,9 @@ public struct ConciergeConfig: Sendable {
     public var limits: Limits
     public var signing: SigningConfig?
     public var hooks: [Hook]
+    /// Values that `${VAR}` expansions took from the environment (4 characters or more):
+    /// masked in every log line like tokens.
+    public var secretValues: [String] = []
 
     public func upstream(named name: String) -> Upstream? {
         upstreams.first { $0.name == name }
@@ -31,6 +34,9 @@ public struct ConciergeConfig: Sendable {
     public struct Listen: Sendable {
         public var proxy: SocketAddressSpec
         public var admin: SocketAddressSpec
+        /// Extra `Host` names both listeners answer (`.example.com`: any subdomain), besides
+        /// their own address, the loopback names and the upstreams' hosts.
+        public var allowedHosts: [String] = []
     }
 
     public struct Admin: Sendable {
@@ -122,6 +128,10 @@ public struct ConciergeConfig: Sendable {
         public var defaultTimeout: Duration
         public var batchConcurrency: Int
         public var shutdownGrace: Duration
+        /// Longest pause while a request body arrives (408 and an aborted upstream request).
+        public var bodyTimeout: Duration = .seconds(30)
+        /// Forward header names containing `_` (dropped by default, like nginx).
+        public var underscoresInHeaders: Bool = false
     }
 
     public struct Hook: Sendable {

@@ -64,7 +64,9 @@ public enum ConfigLoader {
             if issues.isEmpty { issues.append(ConfigIssue(path: "", line: nil, message: "invalid configuration")) }
             throw ConfigError(file: nil, issues: issues)
         }
-        return config!
+        var result = config!
+        result.secretValues = reader.substitutedValues.sorted()
+        return result
     }
 
     static func yamlIssue(_ error: YamlError) -> ConfigIssue {
@@ -86,7 +88,18 @@ public enum ConfigLoader {
 
         // listen
         var listen = ConciergeConfig.Listen(proxy: .tcp(host: "127.0.0.1", port: 8080), admin: .tcp(host: "127.0.0.1", port: 8081))
-        if let node = top["listen"], let m = r.mapping(node, "listen", allowed: ["proxy", "admin"]) {
+        if let node = top["listen"], let m = r.mapping(node, "listen", allowed: ["proxy", "admin", "allowed_hosts"]) {
+            if let n = m["allowed_hosts"], let items = r.sequence(n, "listen.allowed_hosts") {
+                for (i, item) in items.enumerated() {
+                    guard let s = r.nonEmptyString(item, "listen.allowed_hosts[\(i)]") else { continue }
+                    let name = s.hasPrefix(".") ? String(s.dropFirst()) : s
+                    if HostPolicy.hostPart(of: name) == nil || name.contains(":") && !name.hasPrefix("[") {
+                        r.fail("listen.allowed_hosts[\(i)]", item, "expected a host name or .domain (no port, no scheme), found '\(HTTPFieldSyntax.printable(s))'")
+                    } else {
+                        listen.allowedHosts.append(s)
+                    }
+                }
+            }
             if let n = m["proxy"], let s = r.string(n, "listen.proxy") {
                 if let a = SocketAddressSpec.parse(s), case .tcp = a { listen.proxy = a } else { r.fail("listen.proxy", n, "expected host:port, found '\(s)'") }
             }
@@ -147,7 +160,12 @@ public enum ConfigLoader {
         if let node = top["common"], let m = r.mapping(node, "common", allowed: ["headers", "params"]) {
             if let n = m["headers"] {
                 for (k, v) in r.pairs(n, "common.headers") {
-                    if let s = r.string(v, "common.headers.\(k)") { common.headers.append((k, s)) }
+                    guard let s = r.string(v, "common.headers.\(k)") else { continue }
+                    if let problem = HTTPFieldSyntax.problem(name: k, value: s) {
+                        r.fail("common.headers.\(HTTPFieldSyntax.printable(k))", v, problem)
+                    } else {
+                        common.headers.append((k, s))
+                    }
                 }
             }
             if let n = m["params"] {
@@ -218,9 +236,11 @@ public enum ConfigLoader {
                     if let q = im["query"], let s = r.nonEmptyString(q, "\(path).query") {
                         session.inject.append(.query(name: s))
                     } else if let h = im["header"], let s = r.nonEmptyString(h, "\(path).header") {
+                        if !HTTPFieldSyntax.isToken(s) { r.fail("\(path).header", h, "invalid header name '\(HTTPFieldSyntax.printable(s))' (must be an RFC 9110 token)") }
                         var format = "{access_token}"
                         if let f = im["format"], let fs = r.nonEmptyString(f, "\(path).format") {
                             if !fs.contains("{access_token}") { r.fail("\(path).format", f, "must contain {access_token}") }
+                            if !HTTPFieldSyntax.isFieldValue(fs) { r.fail("\(path).format", f, "not a valid header value (control characters or surrounding white space)") }
                             format = fs
                         }
                         session.inject.append(.header(name: s, format: format))
@@ -324,7 +344,10 @@ public enum ConfigLoader {
                                             defaultTimeout: .seconds(30), batchConcurrency: 8, shutdownGrace: .seconds(10))
         if let node = top["limits"], let m = r.mapping(node, "limits", allowed: [
             "max_header_bytes", "max_body_bytes", "header_timeout", "upstream_timeout", "batch_concurrency", "shutdown_grace",
+            "body_timeout", "underscores_in_headers",
         ]) {
+            if let n = m["body_timeout"], let v = r.duration(n, "limits.body_timeout") { limits.bodyTimeout = v }
+            if let n = m["underscores_in_headers"], let b = r.bool(n, "limits.underscores_in_headers") { limits.underscoresInHeaders = b }
             if let n = m["max_header_bytes"], let v = r.size(n, "limits.max_header_bytes") { limits.maxHeaderBytes = v }
             if let n = m["max_body_bytes"], let v = r.size(n, "limits.max_body_bytes") { limits.maxBodyBytes = v }
             if let n = m["header_timeout"], let v = r.duration(n, "limits.header_timeout") { limits.headerTimeout = v }

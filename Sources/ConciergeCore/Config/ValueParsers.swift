@@ -40,7 +40,8 @@ public enum ValueParsers {
     }
 
     /// Expands `${NAME}` and `${NAME:-default}`; `$$` stays a literal `$`.
-    public static func expandEnvironment(_ text: String, environment: [String: String]) throws(ExpansionError) -> String {
+    public static func expandEnvironment(_ text: String, environment: [String: String],
+                                         substituted: ((String) -> Void)? = nil) throws(ExpansionError) -> String {
         guard text.contains("$") else { return text }
         var out = ""
         var i = text.startIndex
@@ -65,6 +66,7 @@ public enum ValueParsers {
                         name = inner
                     }
                     if let value = environment[name], !(value.isEmpty && fallback != nil) {
+                        substituted?(value)
                         out += value
                     } else if let fallback {
                         out += fallback

@@ -5,6 +5,8 @@ import Yams
 /// path and line, so one run of `check-config` reports all errors at once.
 final class YAMLReader {
     private(set) var issues: [ConfigIssue] = []
+    /// Values taken from the environment by `${VAR}` (secrets to mask in logs).
+    private(set) var substitutedValues: Set<String> = []
     let environment: [String: String]
 
     init(environment: [String: String]) {
@@ -87,7 +89,9 @@ final class YAMLReader {
             return nil
         }
         do {
-            return try ValueParsers.expandEnvironment(scalar.string, environment: environment)
+            return try ValueParsers.expandEnvironment(scalar.string, environment: environment) { value in
+                if value.count >= 4 { self.substitutedValues.insert(value) }
+            }
         } catch .undefined(let name) {
             fail(path, node, "environment variable '\(name)' is not set (use ${\(name):-default} for a fallback)")
         } catch {

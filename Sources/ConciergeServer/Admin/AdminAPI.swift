@@ -14,6 +14,7 @@ struct AdminAPI: Sendable {
 
     func makeRouter() -> Router<BasicRequestContext> {
         let router = Router()
+        router.add(middleware: AdminHostMiddleware(runtime: control.runtime))
         router.add(middleware: AdminAuthMiddleware(token: token))
         router.get("/health") { _, _ in json(["status": "ok"]) }
         router.get("/metrics") { _, _ in

@@ -7,75 +7,15 @@ import NIOHTTP1
 /// `{{stepId.path}}` templates). Every sub-request runs the whole pipeline as if the client
 /// had sent it alone.
 struct BatchRunner: Sendable {
-    static let maxRequests = 100
     let pipeline: ProxyPipeline
     let log: @Sendable (IncomingRequest, ProxyReply, ContinuousClock.Instant) -> Void
 
-    struct Step: Sendable {
-        var id: String
-        var method: String
-        var path: JSONValue
-        var headers: [String: JSONValue]
-        var body: JSONValue?
-    }
-
-    struct BadRequest: Error {
-        var message: String
-    }
-
-    // MARK: Parsing
-
-    static func parseSteps(_ body: ByteBuffer, listKey: String) throws(BadRequest) -> (mode: String?, steps: [Step]) {
-        guard let json = JSONValue.parse(body.readableBytesView), case .object(let top) = json else {
-            throw BadRequest(message: "body must be a JSON object")
-        }
-        for key in top.keys where ![listKey, "mode"].contains(key) {
-            throw BadRequest(message: "unknown field '\(key)'")
-        }
-        var mode: String? = nil
-        if let m = top["mode"] {
-            guard case .string(let s) = m, ["all", "fail_fast"].contains(s), listKey == "requests" else {
-                throw BadRequest(message: listKey == "requests" ? "mode must be \"all\" or \"fail_fast\"" : "unknown field 'mode'")
-            }
-            mode = s
-        }
-        guard case .array(let items)? = top[listKey] else { throw BadRequest(message: "'\(listKey)' must be a list") }
-        guard !items.isEmpty else { throw BadRequest(message: "'\(listKey)' is empty") }
-        guard items.count <= maxRequests else { throw BadRequest(message: "too many requests: \(items.count) (at most \(maxRequests))") }
-        var steps: [Step] = []
-        var ids = Set<String>()
-        for (i, item) in items.enumerated() {
-            let at = "\(listKey)[\(i)]"
-            guard case .object(let fields) = item else { throw BadRequest(message: "\(at) must be an object") }
-            for key in fields.keys where !["id", "method", "path", "headers", "body"].contains(key) {
-                throw BadRequest(message: "\(at): unknown field '\(key)'")
-            }
-            guard case .string(let id)? = fields["id"], !id.isEmpty else { throw BadRequest(message: "\(at).id must be a non-empty string") }
-            guard ids.insert(id).inserted else { throw BadRequest(message: "\(at).id: duplicate id '\(id)'") }
-            var method = "GET"
-            if let m = fields["method"] {
-                guard case .string(let s) = m, !s.isEmpty, s.allSatisfy({ $0.isLetter }) else { throw BadRequest(message: "\(at).method must be an HTTP method") }
-                method = s.uppercased()
-            }
-            guard let path = fields["path"], case .string(let p) = path, p.hasPrefix("/") else {
-                throw BadRequest(message: "\(at).path must be a string starting with /")
-            }
-            if p.hasPrefix(ConciergeRoutes.prefix) { throw BadRequest(message: "\(at).path: \(ConciergeRoutes.prefix) routes cannot be nested") }
-            var headers: [String: JSONValue] = [:]
-            if let h = fields["headers"] {
-                guard case .object(let hs) = h else { throw BadRequest(message: "\(at).headers must be an object") }
-                headers = hs
-            }
-            steps.append(Step(id: id, method: method, path: path, headers: headers, body: fields["body"]))
-        }
-        return (mode, steps)
-    }
-
     // MARK: Running one step
 
-    func incoming(for step: Step, path: String, headers: [String: JSONValue], body: JSONValue?, parent: IncomingRequest) -> IncomingRequest {
+    func incoming(for step: SubRequest, path: String, headers: [(String, String)], body: JSONValue?, parent: IncomingRequest) -> IncomingRequest {
         var h = HTTPHeaders()
-        for (name, value) in headers { h.add(name: name, value: value.parameterText) }
+        // Names and values were checked by SubRequestList / ChainTemplate (RFC 9110).
+        for (name, value) in headers { h.add(name: name, value: value) }
         var buffer = ByteBuffer()
         if let body, body != .null {
             if case .string(let s) = body {
@@ -145,8 +85,14 @@ struct BatchRunner: Sendable {
 
     func batch(_ incoming: IncomingRequest) async -> ProxyReply {
         guard case .buffered(let body) = incoming.body else { return .error(400, "batch body missing") }
-        let parsed: (mode: String?, steps: [Step])
-        do { parsed = try Self.parseSteps(body, listKey: "requests") } catch { return .error(400, error.message) }
+        let parsed: SubRequestList
+        var headers: [String: [(String, String)]] = [:]
+        do {
+            parsed = try SubRequestList.parse(body.readableBytesView, listKey: "requests")
+            for step in parsed.requests { headers[step.id] = try step.literalHeaders() }
+        } catch {
+            return .error(400, error.message)
+        }
         let failFast = parsed.mode == "fail_fast"
         let limit = pipeline.runtime.current.config.limits.batchConcurrency
         var results: [String: JSONValue] = [:]
@@ -155,16 +101,16 @@ struct BatchRunner: Sendable {
             var next = 0
             var stop = false
             func start() {
-                let step = parsed.steps[next]
+                let step = parsed.requests[next]
                 next += 1
-                let request = self.incoming(for: step, path: step.path.stringValue ?? "/", headers: step.headers, body: step.body, parent: incoming)
+                let request = self.incoming(for: step, path: step.path.stringValue ?? "/", headers: headers[step.id] ?? [], body: step.body, parent: incoming)
                 group.addTask {
                     let (reply, body) = await self.run(request)
                     if Task.isCancelled { return nil }
                     return (step.id, reply, body)
                 }
             }
-            while next < min(limit, parsed.steps.count) { start() }
+            while next < min(limit, parsed.requests.count) { start() }
             while let finished = await group.next() {
                 guard let (id, reply, body) = finished else { continue }
                 if stop { continue }
@@ -177,10 +123,10 @@ struct BatchRunner: Sendable {
                         continue
                     }
                 }
-                if next < parsed.steps.count { start() }
+                if next < parsed.requests.count { start() }
             }
         }
-        for step in parsed.steps where results[step.id] == nil {
+        for step in parsed.requests where results[step.id] == nil {
             results[step.id] = ["cancelled": true]
             ok = false
         }
@@ -193,34 +139,21 @@ struct BatchRunner: Sendable {
 
     func chain(_ incoming: IncomingRequest) async -> ProxyReply {
         guard case .buffered(let body) = incoming.body else { return .error(400, "chain body missing") }
-        let steps: [Step]
-        do { steps = try Self.parseSteps(body, listKey: "steps").steps } catch { return .error(400, error.message) }
-        // Templates may only name earlier steps.
-        var earlier = Set<String>()
-        for step in steps {
-            for reference in Self.references(in: [step.path, .object(step.headers), step.body ?? .null]) {
-                let stepID = String(reference.split(separator: ".", maxSplits: 1).first ?? "")
-                guard earlier.contains(stepID) else {
-                    return .error(400, "step '\(step.id)': template {{\(reference)}} names no earlier step")
-                }
-            }
-            earlier.insert(step.id)
+        let steps: [SubRequest]
+        do {
+            steps = try SubRequestList.parse(body.readableBytesView, listKey: "steps").requests
+            try ChainTemplate.checkReferences(steps)
+        } catch {
+            return .error(400, error.message)
         }
         var bodies: [String: JSONValue] = [:]
         var results: [JSONValue] = []
         var ok = true
         for step in steps {
-            let path: String
-            var headers: [String: JSONValue] = [:]
-            var stepBody: JSONValue? = nil
-            do throws(BadRequest) {
-                path = try Self.resolve(step.path, bodies, encodeForPath: true).parameterText
-                for (name, value) in step.headers { headers[name] = try Self.resolve(value, bodies, encodeForPath: false) }
-                if let body = step.body { stepBody = try Self.resolve(body, bodies, encodeForPath: false) }
-            } catch {
-                return .error(400, "step '\(step.id)': \(error.message)")
-            }
-            let (reply, replyBody) = await run(self.incoming(for: step, path: path, headers: headers, body: stepBody, parent: incoming))
+            let resolved: (path: String, headers: [(String, String)], body: JSONValue?)
+            do { resolved = try ChainTemplate.resolve(step, bodies) } catch { return .error(400, error.message) }
+            let request = self.incoming(for: step, path: resolved.path, headers: resolved.headers, body: resolved.body, parent: incoming)
+            let (reply, replyBody) = await run(request)
             results.append(.object(Self.resultObject(reply, body: replyBody, id: step.id)))
             bodies[step.id] = JSONValue.parse(replyBody.readableBytesView) ?? .null
             if Self.failed(reply) {
@@ -231,67 +164,5 @@ struct BatchRunner: Sendable {
         var reply = ProxyReply.json(200, ["ok": .bool(ok), "results": .array(results)])
         reply.succeeded = ok
         return reply
-    }
-
-    /// Every `{{...}}` reference in the strings of a value.
-    static func references(in values: [JSONValue]) -> [String] {
-        var out: [String] = []
-        func walk(_ v: JSONValue) {
-            switch v {
-            case .string(let s):
-                var rest = s[...]
-                while let open = rest.range(of: "{{"), let close = rest[open.upperBound...].range(of: "}}") {
-                    out.append(rest[open.upperBound..<close.lowerBound].trimmingCharacters(in: .whitespaces))
-                    rest = rest[close.upperBound...]
-                }
-            case .array(let items): items.forEach(walk)
-            case .object(let members): members.values.forEach(walk)
-            default: break
-            }
-        }
-        values.forEach(walk)
-        return out
-    }
-
-    /// Substitutes templates; a string that is exactly one template keeps the value's JSON type.
-    static func resolve(_ value: JSONValue, _ bodies: [String: JSONValue], encodeForPath: Bool) throws(BadRequest) -> JSONValue {
-        switch value {
-        case .string(let s):
-            guard s.contains("{{") else { return value }
-            let trimmed = s.trimmingCharacters(in: .whitespaces)
-            if !encodeForPath, trimmed.hasPrefix("{{"), trimmed.hasSuffix("}}"), trimmed.components(separatedBy: "{{").count == 2 {
-                return try lookup(String(trimmed.dropFirst(2).dropLast(2)).trimmingCharacters(in: .whitespaces), bodies)
-            }
-            var out = ""
-            var rest = s[...]
-            while let open = rest.range(of: "{{"), let close = rest[open.upperBound...].range(of: "}}") {
-                out += rest[..<open.lowerBound]
-                let reference = rest[open.upperBound..<close.lowerBound].trimmingCharacters(in: .whitespaces)
-                let text = try lookup(reference, bodies).parameterText
-                out += encodeForPath ? QueryString.percentEncode(text) : text
-                rest = rest[close.upperBound...]
-            }
-            out += rest
-            return .string(out)
-        case .array(let items):
-            var out: [JSONValue] = []
-            for item in items { out.append(try resolve(item, bodies, encodeForPath: encodeForPath)) }
-            return .array(out)
-        case .object(let members):
-            var out: [String: JSONValue] = [:]
-            for (k, v) in members { out[k] = try resolve(v, bodies, encodeForPath: encodeForPath) }
-            return .object(out)
-        default:
-            return value
-        }
-    }
-
-    static func lookup(_ reference: String, _ bodies: [String: JSONValue]) throws(BadRequest) -> JSONValue {
-        let parts = reference.split(separator: ".", maxSplits: 1).map(String.init)
-        guard let body = bodies[parts[0]] else { throw BadRequest(message: "unknown template path {{\(reference)}}") }
-        guard let value = body[path: parts.count > 1 ? parts[1] : ""] else {
-            throw BadRequest(message: "unknown template path {{\(reference)}}: no such value in step '\(parts[0])' body")
-        }
-        return value
     }
 }

@@ -7,8 +7,10 @@ import NIOHTTP1
 public struct IncomingRequest: Sendable {
     public enum Body: Sendable {
         case buffered(ByteBuffer)
-        /// Parts still arriving from the client (streamed endpoints).
-        case stream(AsyncStream<ByteBuffer>, length: Int?)
+        /// Parts still arriving from the client (streamed endpoints). The stream throws
+        /// when the client's body breaks (cut short, malformed, stalled), so the upstream
+        /// request is aborted, never completed with what arrived.
+        case stream(AsyncThrowingStream<ByteBuffer, any Error>, length: Int?)
     }
 
     public var method: String

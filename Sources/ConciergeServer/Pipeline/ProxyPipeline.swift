@@ -281,7 +281,7 @@ public final class ProxyPipeline: Sendable {
             if let signer = p.config.signer(for: p.endpoint) {
                 let signed = signer.sign(&request)
                 logger.debug("signed request", metadata: ["endpoint": "\(p.endpoint.name)",
-                                                          "string": "\(TokenMask.maskQuery("?" + signed, names: p.config.tokenParamNames).dropFirst())"])
+                                                          "string": "\(p.config.redactor.redactForm(signed))"])
             }
             let upstreamRequest = makeUpstreamRequest(request, p)
             let started = ContinuousClock.now

@@ -3,13 +3,43 @@ import Foundation
 import Logging
 import NIOCore
 import NIOHTTP1
+import Synchronization
 
-/// The proxy listener's per-connection handler (SPEC §3 step 1 and the reply).
+/// Why a client's request body did not arrive whole (SPEC §10 framing).
+enum ClientBodyFailure: Error, Sendable {
+    /// Cut short (EOF mid-body) or malformed (bad chunk): 400.
+    case malformed(String)
+    /// No body bytes for `limits.body_timeout`: 408.
+    case stalled
+
+    var reply: ProxyReply {
+        switch self {
+        case .malformed(let why): return .error(400, "malformed request body: \(why)")
+        case .stalled: return .error(408, "request body timed out")
+        }
+    }
+}
+
+/// Remembers that a streamed request body broke, so the request's task answers the client
+/// with 400/408 instead of the upstream error the aborted upstream request produced.
+final class ClientBodyOutcome: Sendable {
+    private let failure = Mutex<ClientBodyFailure?>(nil)
+
+    func fail(_ reason: ClientBodyFailure) {
+        failure.withLock { if $0 == nil { $0 = reason } }
+    }
+
+    var failed: ClientBodyFailure? { failure.withLock { $0 } }
+}
+
+/// The proxy listener's per-connection handler (SPEC §3 step 1, §10, and the reply).
 ///
-/// Runs on the connection's event loop. A fresh hot-tier hit is answered right here from
-/// the stored buffer; anything else runs ``ProxyPipeline/handle(_:)`` in a task whose reply
-/// is written back through the channel. Enforces the header-size, body-size and
-/// header-timeout limits, refuses `CONNECT` and absolute-form targets to foreign hosts.
+/// Runs on the connection's event loop. Checks the head (size, method, target, `Host`,
+/// transfer coding, declared length), answers `Expect: 100-continue`, drops header names
+/// with `_`, and enforces the header and body timeouts. A fresh hot-tier hit is answered
+/// right here from the stored buffer; anything else runs the pipeline in a task whose reply
+/// is written back through the channel. A streamed body that breaks aborts the upstream
+/// request (its stream throws) and is answered 400/408.
 final class ProxyHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundOut = HTTPServerResponsePart
@@ -17,7 +47,7 @@ final class ProxyHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     private enum State {
         case idle
         case buffering(HTTPRequestHead, ByteBuffer, started: ContinuousClock.Instant)
-        case streaming(HTTPRequestHead, AsyncStream<ByteBuffer>.Continuation)
+        case streaming(HTTPRequestHead, AsyncThrowingStream<ByteBuffer, any Error>.Continuation, ClientBodyOutcome)
         /// A reply was already sent (error); the rest of the request is dropped.
         case discarding
         case responding
@@ -25,11 +55,14 @@ final class ProxyHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
 
     private let server: ProxyServerContext
     private var state = State.idle
-    /// Checks the head deadline; one repeated task per connection, so a request costs only
-    /// a timestamp, not a timer.
-    private var headerTimer: RepeatedTask?
+    /// Checks the head and body deadlines; one repeated task per connection, so a request
+    /// costs only a timestamp, not a timer.
+    private var deadlineTimer: RepeatedTask?
     /// When the connection started waiting for a request head; `nil` while a request runs.
     private var waitingForHeadSince: NIODeadline?
+    /// When the request body last made progress; `nil` when no body is being read.
+    private var bodyProgressAt: NIODeadline?
+    private var requestsServed = 0
     private var remoteAddress: String?
 
     init(server: ProxyServerContext) {
@@ -43,26 +76,69 @@ final class ProxyHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        headerTimer?.cancel()
-        headerTimer = nil
-        if case .streaming(_, let continuation) = state { continuation.finish() }
+        deadlineTimer?.cancel()
+        deadlineTimer = nil
+        failStreamedBody(.malformed("connection closed before the body ended"))
         context.fireChannelInactive()
     }
 
     private func armHeaderTimeout(context: ChannelHandlerContext) {
         waitingForHeadSince = .now()
-        guard headerTimer == nil else { return }
-        let timeout = TimeAmount.nanoseconds(server.runtime.current.config.limits.headerTimeout.nanoseconds)
-        let check = max(TimeAmount.milliseconds(100), TimeAmount.nanoseconds(timeout.nanoseconds / 4))
+        guard deadlineTimer == nil else { return }
+        let limits = server.runtime.current.config.limits
+        let headerTimeout = TimeAmount.nanoseconds(limits.headerTimeout.nanoseconds)
+        let bodyTimeout = TimeAmount.nanoseconds(limits.bodyTimeout.nanoseconds)
+        let shortest = min(headerTimeout, bodyTimeout)
+        let check = max(TimeAmount.milliseconds(100), TimeAmount.nanoseconds(shortest.nanoseconds / 4))
         let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-        headerTimer = context.eventLoop.scheduleRepeatedTask(initialDelay: check, delay: check) { _ in
+        deadlineTimer = context.eventLoop.scheduleRepeatedTask(initialDelay: check, delay: check) { _ in
             let (handler, context) = loopBound.value
-            if let since = handler.waitingForHeadSince, NIODeadline.now() - since >= timeout {
-                handler.headerTimer?.cancel()
-                handler.headerTimer = nil
-                context.close(promise: nil)
+            let now = NIODeadline.now()
+            if let since = handler.waitingForHeadSince, now - since >= headerTimeout {
+                handler.headerTimedOut(context: context)
+            } else if let since = handler.bodyProgressAt, now - since >= bodyTimeout {
+                handler.bodyStalled(context: context)
             }
         }
+    }
+
+    /// 408 before closing, unless the connection is an idle keep-alive one that already
+    /// served requests (closed quietly, like nginx's `keepalive_timeout`).
+    private func headerTimedOut(context: ChannelHandlerContext) {
+        deadlineTimer?.cancel()
+        deadlineTimer = nil
+        waitingForHeadSince = nil
+        guard requestsServed == 0 else {
+            context.close(promise: nil)
+            return
+        }
+        state = .discarding
+        writeSynchronously(.error(408, "request header timed out"), version: .http1_1, isHead: false, keepAlive: false, context: context)
+        context.close(promise: nil)
+    }
+
+    private func bodyStalled(context: ChannelHandlerContext) {
+        bodyProgressAt = nil
+        switch state {
+        case .buffering(let head, _, _):
+            state = .discarding
+            respondLocally(ClientBodyFailure.stalled.reply, head: head, keepAlive: false, context: context)
+        case .streaming:
+            // The request's task answers 408 once the aborted upstream request returns.
+            failStreamedBody(.stalled)
+        default:
+            break
+        }
+    }
+
+    /// Ends a streamed body with an error, so the upstream request is aborted.
+    private func failStreamedBody(_ reason: ClientBodyFailure) {
+        guard case .streaming(let head, let continuation, let outcome) = state else { return }
+        outcome.fail(reason)
+        continuation.finish(throwing: reason)
+        bodyProgressAt = nil
+        state = .responding
+        _ = head
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -73,27 +149,32 @@ final class ProxyHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         case .body(var part):
             switch state {
             case .buffering(let head, var buffer, let started):
+                bodyProgressAt = .now()
                 let limit = server.runtime.current.config.limits.maxBodyBytes
                 if buffer.readableBytes + part.readableBytes > limit {
                     state = .discarding
+                    bodyProgressAt = nil
                     respondLocally(.error(413, "request body larger than \(limit) bytes"), head: head, keepAlive: false, context: context)
                     return
                 }
                 state = .idle  // avoid a copy-on-write of the buffer while appending
                 buffer.writeBuffer(&part)
                 state = .buffering(head, buffer, started: started)
-            case .streaming(_, let continuation):
+            case .streaming(_, let continuation, _):
+                bodyProgressAt = .now()
                 continuation.yield(part)
             default:
                 break
             }
         case .end:
+            bodyProgressAt = nil
             switch state {
             case .buffering(let head, let buffer, let started):
                 state = .responding
                 dispatch(head, body: .buffered(buffer), started: started, context: context)
-            case .streaming(_, let continuation):
+            case .streaming(_, let continuation, _):
                 continuation.finish()
+                state = .responding
             case .discarding:
                 state = .idle
                 context.close(promise: nil)
@@ -103,62 +184,119 @@ final class ProxyHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         }
     }
 
-    private func receiveHead(_ head: HTTPRequestHead, context: ChannelHandlerContext) {
-        let limits = server.runtime.current.config.limits
+    /// Why a request head is refused before routing, or `nil`.
+    private func refusal(_ head: inout HTTPRequestHead, config: RuntimeConfig) -> ProxyReply? {
+        let limits = config.config.limits
         var headerBytes = head.uri.utf8.count
         for (name, value) in head.headers { headerBytes += name.utf8.count + value.utf8.count + 4 }
         if headerBytes > limits.maxHeaderBytes {
-            state = .discarding
-            respondLocally(.error(431, "request header block larger than \(limits.maxHeaderBytes) bytes"), head: head, keepAlive: false, context: context)
-            return
+            return .error(431, "request header block larger than \(limits.maxHeaderBytes) bytes")
         }
-        if head.method == .CONNECT {
-            state = .discarding
-            respondLocally(.error(405, "CONNECT is not supported: Concierge is not a forward proxy"), head: head, keepAlive: false, context: context)
-            return
+        switch head.method {
+        case .CONNECT: return .error(405, "CONNECT is not supported: Concierge is not a forward proxy")
+        case .TRACE: return .error(405, "TRACE is not supported")
+        default: break
         }
-        var head = head
-        if !head.uri.hasPrefix("/") {
-            guard let origin = server.originForm(head.uri) else {
-                state = .discarding
-                respondLocally(.error(400, "absolute-form target names a host that is not an upstream"), head: head, keepAlive: false, context: context)
-                return
+        if case .unsupported(let codings) = TransferCoding.of(head.headers["transfer-encoding"]) {
+            return .error(501, "transfer coding '\(HTTPFieldSyntax.printable(codings))' is not supported (only a final chunked)")
+        }
+        var authority: String? = nil
+        if head.uri == "*" {
+            guard head.method == .OPTIONS else { return .error(400, "the asterisk target is for OPTIONS only") }
+        } else if !head.uri.hasPrefix("/") {
+            guard let (origin, host) = server.originForm(head.uri) else {
+                return .error(400, "absolute-form target names a host that is not an upstream")
             }
             head.uri = origin
+            authority = host
         }
-        let streamsBody = server.streams(method: head.method.rawValue, target: head.uri)
-        if let length = head.headers.first(name: "content-length").flatMap(Int.init), length > limits.maxBodyBytes, !streamsBody {
+        if authority == nil {
+            let verdict = config.hostPolicy.verdict(hostFields: head.headers["host"], requiresHost: head.version >= .http1_1)
+            switch verdict {
+            case .allowed: break
+            case .malformed(let why): return .error(400, why)
+            case .forbidden(let name): return .error(403, "host not allowed: \(HTTPFieldSyntax.printable(name))")
+            }
+        }
+        if let expectation = head.headers.first(name: "expect"), expectation.lowercased() != "100-continue" {
+            return .error(417, "unsupported expectation")
+        }
+        if !limits.underscoresInHeaders {
+            let underscored = Set(head.headers.map(\.name).filter { $0.utf8.contains(UInt8(ascii: "_")) })
+            for name in underscored { head.headers.remove(name: name) }
+        }
+        return nil
+    }
+
+    private func receiveHead(_ head: HTTPRequestHead, context: ChannelHandlerContext) {
+        let config = server.runtime.current
+        var head = head
+        if let reply = refusal(&head, config: config) {
+            state = .discarding
+            respondLocally(reply, head: head, keepAlive: false, context: context)
+            return
+        }
+        if head.uri == "*" {
+            var reply = ProxyReply(status: 200, body: .buffer(ByteBuffer()))
+            reply.headers.add(name: "Allow", value: "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
+            state = .buffering(head, context.channel.allocator.buffer(capacity: 0), started: .now)
+            discardBody(reply)
+            return
+        }
+        let limits = config.config.limits
+        let streamsBody = server.streams(method: head.method.wireName, target: head.uri)
+        let length = head.headers.first(name: "content-length").flatMap(Int.init)
+        if let length, length > limits.maxBodyBytes, !streamsBody {
             state = .discarding
             respondLocally(.error(413, "request body larger than \(limits.maxBodyBytes) bytes"), head: head, keepAlive: false, context: context)
             return
         }
         let started = ContinuousClock.now
-        let hasBody = (head.headers.first(name: "content-length").flatMap(Int.init) ?? 0) > 0
-            || head.headers["transfer-encoding"].contains { $0.lowercased().contains("chunked") }
+        let hasBody = (length ?? 0) > 0 || TransferCoding.of(head.headers["transfer-encoding"]) == .chunked
+        if hasBody {
+            bodyProgressAt = .now()
+            if head.headers.contains(name: "expect") {
+                context.writeAndFlush(wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: .continue))), promise: nil)
+                head.headers.remove(name: "expect")
+            }
+        }
         if hasBody, streamsBody {
-            let (stream, continuation) = AsyncStream.makeStream(of: ByteBuffer.self)
-            state = .streaming(head, continuation)
-            let length = head.headers.first(name: "content-length").flatMap(Int.init)
-            dispatch(head, body: .stream(stream, length: length), started: started, context: context)
+            let (stream, continuation) = AsyncThrowingStream.makeStream(of: ByteBuffer.self, throwing: (any Error).self)
+            let outcome = ClientBodyOutcome()
+            state = .streaming(head, continuation, outcome)
+            dispatch(head, body: .stream(stream, length: length), started: started, context: context, bodyOutcome: outcome)
         } else {
             state = .buffering(head, context.channel.allocator.buffer(capacity: 0), started: started)
         }
     }
 
-    private func dispatch(_ head: HTTPRequestHead, body: IncomingRequest.Body, started: ContinuousClock.Instant, context: ChannelHandlerContext) {
-        let incoming = IncomingRequest(method: head.method.rawValue, target: head.uri, headers: head.headers, body: body,
-                                       clientAddress: remoteAddress)
+    /// `OPTIONS *`: answered once the (ignored) body has been read.
+    private var pendingLocalReply: ProxyReply?
+
+    private func discardBody(_ reply: ProxyReply) {
+        pendingLocalReply = reply
+    }
+
+    private func dispatch(_ head: HTTPRequestHead, body: IncomingRequest.Body, started: ContinuousClock.Instant, context: ChannelHandlerContext,
+                          bodyOutcome: ClientBodyOutcome? = nil) {
         let keepAlive = head.isKeepAlive
+        if let local = pendingLocalReply {
+            pendingLocalReply = nil
+            writeSynchronously(local, version: head.version, isHead: false, keepAlive: keepAlive, context: context)
+            return
+        }
+        let incoming = IncomingRequest(method: head.method.wireName, target: head.uri, headers: head.headers, body: body,
+                                       clientAddress: remoteAddress)
         var prepared: ProxyPipeline.Preparation? = nil
         if case .buffered = body, let fast = server.fastPath(incoming) {
             switch fast {
             case .reply(let reply):
-                writeSynchronously(reply, head: head, keepAlive: keepAlive, context: context)
+                writeSynchronously(reply, version: head.version, isHead: head.method == .HEAD, keepAlive: keepAlive, context: context)
                 server.log(incoming, reply, started: started)
                 return
             case .prepared(let preparation):
                 if case .reply(let reply) = preparation, case .buffer = reply.body {
-                    writeSynchronously(reply, head: head, keepAlive: keepAlive, context: context)
+                    writeSynchronously(reply, version: head.version, isHead: head.method == .HEAD, keepAlive: keepAlive, context: context)
                     server.log(incoming, reply, started: started)
                     return
                 }
@@ -171,7 +309,12 @@ final class ProxyHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         let version = head.version
         let isHead = head.method == .HEAD
         Task {
-            let reply = await server.handle(incoming, prepared: prepared)
+            var reply = await server.handle(incoming, prepared: prepared)
+            var keepAlive = keepAlive
+            if let failure = bodyOutcome?.failed {
+                reply = failure.reply
+                keepAlive = false
+            }
             let ok = await ResponseWriter.write(reply, version: version, keepAlive: keepAlive, isHead: isHead, to: channel)
             server.log(incoming, reply, started: started)
             channel.eventLoop.execute {
@@ -182,7 +325,15 @@ final class ProxyHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     private func responseFinished(keepAlive: Bool, context: ChannelHandlerContext) {
-        if case .streaming(_, let continuation) = state { continuation.finish() }
+        requestsServed += 1
+        if case .streaming = state {
+            // The reply is out before the body ended (the upstream answered early): the rest
+            // of the body cannot be forwarded any more.
+            failStreamedBody(.malformed("reply sent before the body ended"))
+            state = .idle
+            context.close(promise: nil)
+            return
+        }
         if keepAlive, context.channel.isActive {
             if case .discarding = state {} else { state = .idle }
             armHeaderTimeout(context: context)
@@ -193,51 +344,66 @@ final class ProxyHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     private func respondLocally(_ reply: ProxyReply, head: HTTPRequestHead, keepAlive: Bool, context: ChannelHandlerContext) {
-        var reply = reply
-        if !keepAlive { reply.headers.replaceOrAdd(name: "Connection", value: "close") }
-        writeSynchronously(reply, head: head, keepAlive: keepAlive, context: context)
-        server.log(IncomingRequest(method: head.method.rawValue, target: head.uri, headers: head.headers, clientAddress: remoteAddress),
+        writeSynchronously(reply, version: head.version, isHead: head.method == .HEAD, keepAlive: keepAlive, context: context)
+        server.log(IncomingRequest(method: head.method.wireName, target: head.uri, headers: head.headers, clientAddress: remoteAddress),
                    reply, started: .now)
         if !keepAlive {
             context.close(promise: nil)
         }
     }
 
-    /// Writes a buffered reply on the event loop (fast hits and local errors).
-    private func writeSynchronously(_ reply: ProxyReply, head: HTTPRequestHead, keepAlive: Bool, context: ChannelHandlerContext) {
+    /// Writes a buffered reply on the event loop (fast hits and local answers).
+    private func writeSynchronously(_ reply: ProxyReply, version: HTTPVersion, isHead: Bool, keepAlive: Bool, context: ChannelHandlerContext) {
         guard case .buffer(let body) = reply.body else { return }
-        var responseHead = HTTPResponseHead(version: head.version, status: HTTPResponseStatus(statusCode: reply.status), headers: reply.headers)
+        var responseHead = HTTPResponseHead(version: version, status: HTTPResponseStatus(statusCode: reply.status), headers: reply.headers)
         responseHead.headers.replaceOrAdd(name: "Content-Length", value: String(body.readableBytes))
         if !keepAlive { responseHead.headers.replaceOrAdd(name: "Connection", value: "close") }
         context.write(wrapOutboundOut(.head(responseHead)), promise: nil)
-        if head.method != .HEAD, body.readableBytes > 0 {
+        if !isHead, body.readableBytes > 0 {
             context.write(wrapOutboundOut(.body(.byteBuffer(body))), promise: nil)
         }
         context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
         if case .responding = state { state = .idle }
+        requestsServed += 1
         if keepAlive { armHeaderTimeout(context: context) }
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        if let parserError = error as? HTTPParserError, case .idle = state {
+        guard let parserError = error as? HTTPParserError else {
+            context.close(promise: nil)
+            return
+        }
+        switch state {
+        case .idle, .buffering:
             let (status, message): (Int, String) = {
                 switch parserError {
                 case .headerOverflow: return (431, "request header block too large")
-                case .invalidMethod: return (405, "unsupported method")
+                case .invalidMethod: return (501, "method not implemented")
+                case .invalidEOFState: return (400, "malformed request: connection closed before the request ended")
+                // llhttp's "invalid Transfer-Encoding" (a coding other than a final chunked
+                // without a length) has no case of its own in NIO.
+                case .unknown: return (501, "unsupported transfer coding or framing")
                 default: return (400, "malformed request: \(parserError)")
                 }
             }()
-            let body = JSONValue.object(["error": .string(message)]).serializedBytes
-            var head = HTTPResponseHead(version: .http1_1, status: HTTPResponseStatus(statusCode: status))
-            head.headers.add(name: "Content-Type", value: "application/json")
-            head.headers.add(name: "Content-Length", value: String(body.count))
-            head.headers.add(name: "Connection", value: "close")
-            context.write(wrapOutboundOut(.head(head)), promise: nil)
-            context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(bytes: body)))), promise: nil)
-            context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in context.close(promise: nil) }
-            return
+            state = .discarding
+            let reply = ProxyReply.error(status, message)
+            writeSynchronously(reply, version: .http1_1, isHead: false, keepAlive: false, context: context)
+            context.close(promise: nil)
+        case .streaming:
+            // The request's task answers 400 once the aborted upstream request returns.
+            failStreamedBody(.malformed("\(parserError)"))
+        case .discarding, .responding:
+            context.close(promise: nil)
         }
-        context.close(promise: nil)
+    }
+}
+
+extension HTTPMethod {
+    /// The method as it appeared on the wire (NIO spells `M-SEARCH` as `MSEARCH`).
+    var wireName: String {
+        if case .MSEARCH = self { return "M-SEARCH" }
+        return rawValue
     }
 }
 

@@ -31,6 +31,8 @@ final class ProxyListener: Service {
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
             .childChannelOption(.maxMessagesPerRead, value: 16)
+            // A client that half-closes after a cut body still gets its 400.
+            .childChannelOption(.allowRemoteHalfClosure, value: true)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     // Reply headers come from a parsed upstream reply or from Concierge itself: no re-validation.

@@ -56,15 +56,16 @@ final class ProxyServerContext: Sendable {
         return !endpoint.envelope && !endpoint.isCacheable
     }
 
-    /// An absolute-form target turned into origin form, only when it names an upstream.
-    func originForm(_ uri: String) -> String? {
+    /// An absolute-form target turned into origin form and its host, only when it names an
+    /// upstream.
+    func originForm(_ uri: String) -> (origin: String, host: String)? {
         guard let components = URLComponents(string: uri), let host = components.host?.lowercased(),
               let scheme = components.scheme?.lowercased() else { return nil }
         let port = components.port ?? (scheme == "https" ? 443 : 80)
         let known = runtime.current.config.upstreams.contains { $0.host.lowercased() == host && $0.port == port }
         guard known else { return nil }
         let path = components.percentEncodedPath.isEmpty ? "/" : components.percentEncodedPath
-        return components.percentEncodedQuery.map { "\(path)?\($0)" } ?? path
+        return (components.percentEncodedQuery.map { "\(path)?\($0)" } ?? path, host)
     }
 
     func log(_ incoming: IncomingRequest, _ reply: ProxyReply, started: ContinuousClock.Instant) {

@@ -42,8 +42,11 @@ public final class ConciergeDaemon: Sendable {
         let journald = environment["JOURNAL_STREAM"].map { !$0.isEmpty } ?? false
         let level = Self.level(config.log.level)
         let format: ConciergeLogHandler.Format = config.log.format == .json ? .json : .text
+        let scrubber = SecretScrubber()
         func makeLogger(_ label: String) -> Logger {
-            Logger(label: label) { label in ConciergeLogHandler(label: label, level: level, format: format, journald: journald, sink: logSink) }
+            Logger(label: label) { label in
+                ConciergeLogHandler(label: label, level: level, format: format, journald: journald, sink: logSink, scrubber: scrubber)
+            }
         }
         logger = makeLogger("concierge")
         group = MultiThreadedEventLoopGroup.singleton
@@ -60,6 +63,10 @@ public final class ConciergeDaemon: Sendable {
         let hooks = self.hooks
         events.addObserver { hooks.deliver($0) }
         requestLogger = makeLogger("concierge.request")
+        let runtime = self.runtime
+        let session = self.session
+        scrubber.addSource { runtime.current.config.secretValues }
+        scrubber.addSource { session.current.map { [$0.accessToken, $0.refreshToken].compactMap { $0 } } ?? [] }
     }
 
     let requestLogger: Logger

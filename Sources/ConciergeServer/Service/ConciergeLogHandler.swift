@@ -1,3 +1,4 @@
+import ConciergeCore
 import Foundation
 import Logging
 import Synchronization
@@ -37,6 +38,23 @@ public final class LogSink: Sendable {
     public var lines: [String] { captured.withLock { $0 } }
 }
 
+/// The literal secrets no log line may contain: the tokens in use and the values of
+/// `${VAR}` expansions. Sources are added once (by the daemon) and read per line.
+public final class SecretScrubber: Sendable {
+    private let sources = Mutex<[@Sendable () -> [String]]>([])
+
+    public init() {}
+
+    public func addSource(_ source: @escaping @Sendable () -> [String]) {
+        sources.withLock { $0.append(source) }
+    }
+
+    func scrub(_ text: String) -> String {
+        let literals = sources.withLock { $0 }.flatMap { $0() }
+        return literals.isEmpty ? text : SecretRedactor.scrub(text, literals: literals)
+    }
+}
+
 /// One line per log record, text or JSON, journald-friendly: under systemd
 /// (`JOURNAL_STREAM` set) no timestamp is printed and each line starts with its syslog
 /// priority (`<6>` for info), so `journalctl -p` filters work.
@@ -49,8 +67,10 @@ public struct ConciergeLogHandler: LogHandler {
     let format: Format
     let journald: Bool
     let sink: LogSink
+    let scrubber: SecretScrubber?
 
-    public init(label: String, level: Logger.Level, format: Format, journald: Bool, sink: LogSink) {
+    public init(label: String, level: Logger.Level, format: Format, journald: Bool, sink: LogSink, scrubber: SecretScrubber? = nil) {
+        self.scrubber = scrubber
         self.label = label
         self.logLevel = level
         self.format = format
@@ -84,13 +104,14 @@ public struct ConciergeLogHandler: LogHandler {
             if !journald { line += Self.timestamp() + " " }
             line += "\(event.level.rawValue.uppercased()) \(label): \(event.message)"
             for key in all.keys.sorted() { line += " \(key)=\(Self.quote("\(all[key]!)"))" }
-            sink.write(line)
+            sink.write(scrubber?.scrub(line) ?? line)
         case .json:
             var object: [String: String] = ["level": event.level.rawValue, "logger": label, "message": "\(event.message)"]
             if !journald { object["time"] = Self.timestamp() }
             for (key, value) in all { object[key] = "\(value)" }
             let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
-            sink.write(prefix + String(decoding: data, as: UTF8.self))
+            let line = prefix + String(decoding: data, as: UTF8.self)
+            sink.write(scrubber?.scrub(line) ?? line)
         }
     }
 

@@ -14,8 +14,7 @@ public struct RequestLog: Sendable {
 
     func log(_ incoming: IncomingRequest, _ reply: ProxyReply, total: Duration, config: RuntimeConfig) {
         guard config.config.log.requests else { return }
-        let masked = config.tokenParamNames.union(config.config.cache.volatileParams.intersection([config.config.signing?.param ?? "signature"]))
-        let target = TokenMask.maskQuery(incoming.target, names: masked)
+        let target = config.redactor.redactTarget(incoming.target)
         let upstream = reply.upstreamTime.map { String(format: "%.1f", $0.seconds * 1000) } ?? "-"
         let totalMs = String(format: "%.2f", total.seconds * 1000)
         logger.info("\(incoming.method) \(target) \(reply.status)", metadata: [
@@ -30,22 +29,25 @@ public struct RequestLog: Sendable {
             "replays": "\(reply.replays)",
         ])
         if logger.logLevel <= .debug {
-            logger.debug("\(curlLine(incoming, target: target, config: config))")
+            logger.debug("\(curlLine(incoming, target: target, endpoint: reply.endpoint, config: config))")
         }
     }
 
-    func curlLine(_ incoming: IncomingRequest, target: String, config: RuntimeConfig) -> String {
+    /// The request as a `curl` command, credentials masked by the config's ``SecretRedactor``;
+    /// the capture endpoint's body (a login form) is never shown.
+    func curlLine(_ incoming: IncomingRequest, target: String, endpoint: String, config: RuntimeConfig) -> String {
         var parts = ["curl", "-X", incoming.method]
-        let secretHeaders = Set(config.injector.headerNames.map { $0.lowercased() } + ["authorization", "cookie"])
+        let redactor = config.redactor
         for (name, value) in incoming.headers where name.lowercased() != "host" && name.lowercased() != "content-length" {
-            let shown = secretHeaders.contains(name.lowercased()) ? "***" : value
+            let shown = redactor.names.contains(name.lowercased()) ? SecretRedactor.mask : value
             parts.append("-H '\(name): \(shown)'")
         }
         if case .buffered(let body) = incoming.body, body.readableBytes > 0 {
-            var text = String(decoding: body.readableBytesView.prefix(2048), as: UTF8.self)
-            for name in config.tokenParamNames {
-                text = text.replacingOccurrences(of: #"("\#(name)"\s*:\s*")[^"]*""#, with: "$1***\"", options: .regularExpression)
-                text = text.replacingOccurrences(of: #"(^|&)(\#(name)=)[^&]*"#, with: "$1$2***", options: .regularExpression)
+            let text: String
+            if config.config.session.capture?.endpoint == endpoint {
+                text = "<\(body.readableBytes) bytes of the capture endpoint, not shown>"
+            } else {
+                text = redactor.redactBody(body.readableBytesView.prefix(4096), contentType: incoming.headers.first(name: "content-type"))
             }
             parts.append("--data '\(text.replacingOccurrences(of: "'", with: "'\\''"))'")
         }

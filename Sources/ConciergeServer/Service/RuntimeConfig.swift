@@ -13,6 +13,10 @@ public final class RuntimeConfig: Sendable {
     /// Volatile names plus the injected-token names: never in a cache key.
     public let keyExclusions: Set<String>
     public let tokenParamNames: Set<String>
+    /// Which `Host` names the proxy and admin listeners answer.
+    public let hostPolicy: HostPolicy
+    /// Masks credentials in log lines.
+    public let redactor: SecretRedactor
 
     public init(config: ConciergeConfig) {
         self.config = config
@@ -21,6 +25,20 @@ public final class RuntimeConfig: Sendable {
         injector = TokenInjector(points: config.session.inject)
         envelope = EnvelopeReader(envelope: config.envelope)
         tokenParamNames = injector.paramNames
+        var listenerHosts: [String] = []
+        for spec in [config.listen.proxy, config.listen.admin] {
+            if case .tcp(let host, _) = spec { listenerHosts.append(host) }
+        }
+        hostPolicy = HostPolicy(listenerHosts: listenerHosts, allowedHosts: config.listen.allowedHosts,
+                                upstreamHosts: config.upstreams.map(\.host))
+        var masked = injector.paramNames.union(injector.headerNames)
+        if let signing = config.signing { masked.insert(signing.param) }
+        if let capture = config.session.capture {
+            for path in [capture.accessToken, capture.refreshToken].compactMap({ $0 }) {
+                if let last = path.split(separator: ".").last { masked.insert(String(last)) }
+            }
+        }
+        redactor = SecretRedactor(extraNames: masked)
         keyExclusions = config.cache.volatileParams.union(injector.paramNames)
     }
 

@@ -16,7 +16,9 @@ public struct UpstreamRequest: Sendable {
     public enum Body: Sendable {
         case none
         case bytes(ByteBuffer)
-        case stream(AsyncStream<ByteBuffer>, length: Int?)
+        /// Streamed from the client; an error aborts the request (the connection is closed
+        /// without the terminating chunk).
+        case stream(AsyncThrowingStream<ByteBuffer, any Error>, length: Int?)
     }
 }
 

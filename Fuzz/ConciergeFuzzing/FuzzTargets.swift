@@ -1,0 +1,99 @@
+import ConciergeCore
+import Foundation
+import NIOHTTP1
+
+/// The bodies of the fuzz targets (SPEC §10: hostile input never crashes). Each takes
+/// arbitrary bytes and must return without trapping; each also checks an invariant, and a
+/// broken one traps on purpose (`preconditionFailure`) so the fuzzer reports it.
+///
+/// They run three ways: under libFuzzer (`scripts/fuzz.sh`, built with
+/// `-sanitize=fuzzer`), as plain executables that replay files (`fuzz-config FILE…`),
+/// and in the unit tests, which replay the seed corpora in `Fuzz/corpus/`.
+public enum FuzzTargets {
+    /// The config loader: any text gives a config or errors, each with a message.
+    public static func config(_ data: [UInt8]) {
+        let text = String(decoding: data, as: UTF8.self)
+        do {
+            let config = try ConfigLoader.parse(yaml: text, environment: ["FUZZ_SECRET": "s3cret-value", "EMPTY": ""])
+            // What the loader accepts must be buildable into requests without a trap.
+            var headers = HTTPHeaders()
+            for (name, value) in config.common.headers {
+                guard HTTPFieldSyntax.problem(name: name, value: value) == nil else {
+                    preconditionFailure("loader accepted an invalid common header \(name)")
+                }
+                headers.add(name: name, value: value)
+            }
+        } catch {
+            for issue in error.issues where issue.message.isEmpty { preconditionFailure("config error without a message") }
+        }
+    }
+
+    /// The batch and chain body parser with templating: any body is a list of sub-requests
+    /// or a 400 message; every header that passes becomes an `HTTPHeaders` field.
+    public static func subRequests(_ data: [UInt8]) {
+        for listKey in ["requests", "steps"] {
+            guard let list = try? SubRequestList.parse(data, listKey: listKey) else { continue }
+            var headers = HTTPHeaders()
+            if let literal = try? list.requests.flatMap({ (step) throws(SubRequestError) in try step.literalHeaders() }) {
+                for (name, value) in literal { headers.add(name: name, value: value) }
+            }
+            guard (try? ChainTemplate.checkReferences(list.requests)) != nil else { continue }
+            // Each step's "reply" is the whole input, so templates can reach into it.
+            let reply = JSONValue.parse(data) ?? .null
+            var bodies: [String: JSONValue] = [:]
+            for step in list.requests {
+                if let resolved = try? ChainTemplate.resolve(step, bodies) {
+                    for (name, value) in resolved.headers { headers.add(name: name, value: value) }
+                    guard resolved.path.hasPrefix("/") else { preconditionFailure("a resolved path lost its leading /") }
+                }
+                bodies[step.id] = reply
+            }
+        }
+    }
+
+    /// The request canonicalisation behind the cache key. Input: a target line, a
+    /// content-type line, then the body. The key is deterministic, has no raw space, CR or
+    /// LF inside its params, and does not depend on the order of the query params.
+    public static func cacheKey(_ data: [UInt8]) {
+        let lines = data.split(separator: UInt8(ascii: "\n"), maxSplits: 2, omittingEmptySubsequences: false)
+        let target = "/" + String(decoding: lines.first ?? [], as: UTF8.self)
+        let contentType = lines.count > 1 ? String(decoding: lines[1], as: UTF8.self) : nil
+        let body = lines.count > 2 ? Array(lines[2]) : []
+        func key(_ target: String) -> String {
+            var request = ProxyRequest(method: "POST", target: target, body: RequestBody.parse(body, contentType: contentType))
+            request.headers.add("Content-Type", contentType ?? "")
+            let params = request.query + (request.paramsGoInQuery ? [] : request.body.params)
+            return CacheKey.make(method: request.method, upstreamBaseURL: "http://u", path: request.path, params: params,
+                                 excluding: ["timestamp"], userID: "user 1", version: 1)
+        }
+        let first = key(target)
+        guard first == key(target) else { preconditionFailure("cache key is not deterministic") }
+        let paramsPart = first.split(separator: " ")[1]
+        guard !paramsPart.contains(where: { $0 == "\r" || $0 == "\n" }) else { preconditionFailure("raw CR/LF in a cache key") }
+        if let q = target.firstIndex(of: "?") {
+            let pieces = target[target.index(after: q)...].split(separator: "&", omittingEmptySubsequences: false)
+            let reversed = String(target[...q]) + pieces.reversed().joined(separator: "&")
+            guard key(reversed) == first else { preconditionFailure("cache key depends on the order of query params") }
+        }
+    }
+
+    /// Replays files or directories of inputs through a target (the executables' `main`
+    /// without libFuzzer); returns how many inputs ran.
+    @discardableResult
+    public static func replay(_ paths: [String], through target: ([UInt8]) -> Void) -> Int {
+        var count = 0
+        for path in paths {
+            var isDirectory: ObjCBool = false
+            guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else { continue }
+            let files = isDirectory.boolValue
+                ? ((try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []).sorted().map { "\(path)/\($0)" }
+                : [path]
+            for file in files {
+                guard let data = FileManager.default.contents(atPath: file) else { continue }
+                target(Array(data))
+                count += 1
+            }
+        }
+        return count
+    }
+}

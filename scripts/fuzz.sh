@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (Fuzz/) and runs each for FUZZ_SECONDS (default 60).
+# Fails when a target crashes; prints each target's executions per second and corpus size.
+#
+#   scripts/fuzz.sh                      # all targets, 60 s each
+#   FUZZ_SECONDS=10 scripts/fuzz.sh config
+#
+# The seed corpora in Fuzz/corpus/ are read, never written: each run grows a copy in
+# $FUZZ_WORK (default: a temp dir). A crashing input is saved as $FUZZ_WORK/crash-*.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+seconds=${FUZZ_SECONDS:-60}
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(config subrequests cachekey)
+work=${FUZZ_WORK:-$(mktemp -d)}
+scratch=${FUZZ_BUILD:-.build-fuzz}
+
+for t in "${targets[@]}"; do
+  swift build -c release --scratch-path "$scratch" --product "fuzz-$t" \
+    -Xswiftc -sanitize=fuzzer -Xswiftc -DFUZZING -Xswiftc -parse-as-library
+done
+bin=$(swift build -c release --scratch-path "$scratch" --show-bin-path)
+
+status=0
+for t in "${targets[@]}"; do
+  mkdir -p "$work/$t"
+  cp -n Fuzz/corpus/"$t"/* "$work/$t/" 2>/dev/null || true
+  log="$work/$t.log"
+  echo "== fuzz-$t: ${seconds}s"
+  if ! (cd "$work" && "$bin/fuzz-$t" "$work/$t" -max_total_time="$seconds" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 \
+        -artifact_prefix="$work/crash-$t-" >"$log" 2>&1); then
+    echo "fuzz-$t FAILED:"; tail -40 "$log"; status=1; continue
+  fi
+  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo '?')
+  rate=$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo '?')
+  files=$(ls "$work/$t" | wc -l)
+  echo "fuzz-$t: $execs executions, $rate exec/s, corpus $files files, no crash"
+done
+exit $status
