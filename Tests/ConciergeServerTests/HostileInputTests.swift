@@ -50,7 +50,7 @@ struct HostileInputTests {
         try await ConciergeTestRig.with { rig in
             let reply = try await rig.postJSON("/_concierge/batch", ["requests": [["id": "a", "path": "/api/items", "headers": ["\u{e9}": "1"]]]])
             #expect(reply.status == 400)
-            #expect(reply.json?["error"]?.stringValue?.contains("invalid header name") == true)
+            #expect(reply.json?[path: "error"]?.stringValue?.contains("invalid header name") == true)
             let control = try await rig.postJSON("/_concierge/batch", ["requests": [["id": "a", "path": "/api/items", "headers": ["X-Ok": "1"]]]])
             #expect(control.status == 200)
             #expect(try await rig.get("/api/items").status == 200)
@@ -76,7 +76,7 @@ struct HostileInputTests {
                 ["id": "b", "path": "/api/items", "headers": ["X-From-A": "{{a.data.body.v}}"]],
             ]])
             #expect(templated.status == 400)
-            #expect(templated.json?["error"]?.stringValue?.contains("step 'b'") == true)
+            #expect(templated.json?[path: "error"]?.stringValue?.contains("step 'b'") == true)
             #expect(try await rig.get("/api/items").status == 200)
         }
     }

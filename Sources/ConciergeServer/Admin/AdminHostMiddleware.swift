@@ -12,7 +12,7 @@ struct AdminHostMiddleware<Context: RequestContext>: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         let config = runtime.current
         guard case .tcp = config.config.listen.admin else { return try await next(request, context) }
-        let hostFields = request.head.authority.map { [$0] } ?? request.headers[values: .host]
+        let hostFields = request.head.authority.map { [$0] } ?? []
         switch config.hostPolicy.verdict(hostFields: hostFields, requiresHost: true) {
         case .allowed:
             return try await next(request, context)

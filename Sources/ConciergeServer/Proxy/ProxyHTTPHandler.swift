@@ -211,7 +211,7 @@ final class ProxyHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             authority = host
         }
         if authority == nil {
-            let verdict = config.hostPolicy.verdict(hostFields: head.headers["host"], requiresHost: head.version >= .http1_1)
+            let verdict = config.hostPolicy.verdict(hostFields: head.headers["host"], requiresHost: head.version.major > 1 || head.version.minor >= 1)
             switch verdict {
             case .allowed: break
             case .malformed(let why): return .error(400, why)
