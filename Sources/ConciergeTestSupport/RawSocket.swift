@@ -2,13 +2,13 @@ import Dispatch
 import Foundation
 
 /// A plain TCP client for tests that must send what no HTTP client would (cut bodies, bad
-/// chunks, odd heads). Blocking socket calls run on a Dispatch queue, never on the Swift
-/// concurrency pool the daemon's own tasks need; every receive is bounded by `timeout`.
+/// chunks, odd heads). A blocking receive runs on a thread of its own, never on the Swift
+/// concurrency pool the daemon's tasks need nor on Dispatch's small worker pool (tests
+/// run in parallel); every receive is bounded by `timeout`.
 public final class RawSocket: @unchecked Sendable {
     // @unchecked: `fd` is set once in init and only read afterwards; the socket calls on it
     // are thread-safe, and each test uses one RawSocket from one task at a time.
     private let fd: Int32
-    private static let queue = DispatchQueue(label: "concierge.test.raw-socket", attributes: .concurrent)
 
     public init(port: Int, timeout: Duration = .seconds(5)) throws {
         fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
@@ -48,9 +48,9 @@ public final class RawSocket: @unchecked Sendable {
 
     /// Reads until the server closes, the timeout passes without data, or `until` holds.
     public func receive(until done: @escaping @Sendable (String) -> Bool = { _ in false }) async -> String {
-        let fd = self.fd
-        return await withCheckedContinuation { continuation in
-            Self.queue.async {
+        // The closure holds `self`, so the socket is not closed (deinit) while it reads.
+        await withCheckedContinuation { continuation in
+            Thread { [self] in
                 var collected: [UInt8] = []
                 var buffer = [UInt8](repeating: 0, count: 65536)
                 while true {
@@ -60,7 +60,7 @@ public final class RawSocket: @unchecked Sendable {
                     if done(String(decoding: collected, as: UTF8.self)) { break }
                 }
                 continuation.resume(returning: String(decoding: collected, as: UTF8.self))
-            }
+            }.start()
         }
     }
 

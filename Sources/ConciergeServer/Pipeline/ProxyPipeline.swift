@@ -414,6 +414,10 @@ public final class ProxyPipeline: Sendable {
             reply.succeeded = (200..<400).contains(reply.status)
             return reply
         } catch {
+            if case .clientBody = error {
+                // Aborted because the client's body broke: the listener answers 400/408.
+                return .error(400, "\(error)")
+            }
             stats.increment(.upstreamErrors)
             markUpstream(p.upstream.name, down: true)
             logger.warning("upstream request failed", metadata: ["endpoint": "\(p.endpoint.name)", "error": "\(error)"])

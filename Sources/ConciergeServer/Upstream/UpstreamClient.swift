@@ -34,12 +34,15 @@ public enum UpstreamFailure: Error, Sendable, CustomStringConvertible {
     case timeout
     case unreachable(String)
     case tooLarge
+    /// The client's streamed body broke (the client's fault, not the upstream's).
+    case clientBody(String)
 
     public var description: String {
         switch self {
         case .timeout: return "upstream timed out"
         case .unreachable(let reason): return "upstream unreachable: \(reason)"
         case .tooLarge: return "upstream reply too large"
+        case .clientBody(let why): return "client body broke: \(why)"
         }
     }
 }
@@ -94,6 +97,7 @@ public final class UpstreamClient: Sendable {
             if e == .connectTimeout { return .unreachable("connect timeout") }
         }
         if error is NIOTooManyBytesError { return .tooLarge }
+        if let body = error as? ClientBodyFailure { return .clientBody("\(body)") }
         if error is CancellationError { return .unreachable("cancelled") }
         return .unreachable("\(error)")
     }
