@@ -113,8 +113,16 @@ final class ProxyHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             return
         }
         state = .discarding
-        writeSynchronously(.error(408, "request header timed out"), version: .http1_1, isHead: false, keepAlive: false, context: context)
-        context.close(promise: nil)
+        // No head reached the HTTP layers, so NIO's pipeline handler would refuse a reply:
+        // the 408 goes out as ready bytes below the response encoder.
+        let body = #"{"error":"request header timed out"}"#
+        let bytes = "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\n"
+            + "Connection: close\r\n\r\n" + body
+        if let encoder = try? context.pipeline.syncOperations.context(handlerType: HTTPResponseEncoder.self) {
+            encoder.writeAndFlush(NIOAny(ByteBuffer(string: bytes))).whenComplete { _ in context.close(promise: nil) }
+        } else {
+            context.close(promise: nil)
+        }
     }
 
     private func bodyStalled(context: ChannelHandlerContext) {
