@@ -250,7 +250,7 @@ struct HostileInputTests {
         }
     }
 
-    @Test("TRACE is 405; OPTIONS * is answered locally with Allow")
+    @Test("TRACE is 405; OPTIONS * is answered locally with Allow; an unknown method is 501")
     func traceAndOptionsAsterisk() async throws {
         try await ConciergeTestRig.with { rig in
             let trace = try await RawSocket.exchange("TRACE /api/items HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", port: rig.proxyPort)
@@ -259,6 +259,9 @@ struct HostileInputTests {
             #expect(options.hasPrefix("HTTP/1.1 200"))
             #expect(options.contains("Allow: GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"))
             #expect(!options.contains("upstream"))
+            // NIO's parser knows a fixed set of methods; any other token is "not implemented".
+            let unknown = try await RawSocket.exchange("FOO_BAR /api/items HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", port: rig.proxyPort)
+            #expect(unknown.hasPrefix("HTTP/1.1 501"))
         }
     }
 

@@ -30,6 +30,18 @@ struct ProcessTests {
         #expect(serve.status == 78)
     }
 
+    @Test("a non-ASCII common header name is exit 78 naming the key and line, for check-config and serve")
+    func nonASCIIHeaderConfig() async throws {
+        let dir = try TempDir()
+        let bad = dir.path + "/bad.yaml"
+        try "upstreams:\n  a: http://127.0.0.1:1\ncommon:\n  headers: { \"🚀\": \"1\" }\n".write(toFile: bad, atomically: true, encoding: .utf8)
+        let checked = try await DaemonProcess.run([Self.binary, "check-config", "--config", bad])
+        #expect(checked.status == 78)
+        #expect(checked.output.contains("common.headers.🚀 (line 4): invalid header name"))
+        let serve = try await DaemonProcess.run([Self.binary, "serve", "--config", bad])
+        #expect(serve.status == 78)
+    }
+
     @Test("an unwritable storage path is a clear start-up error")
     func unwritableStorage() async throws {
         let dir = try TempDir()
