@@ -5,6 +5,9 @@ import Yams
 /// path and line, so one run of `check-config` reports all errors at once.
 final class YAMLReader {
     private(set) var issues: [ConfigIssue] = []
+    /// The keys each mapping of the schema allows, by schema path (`endpoints[].cache`),
+    /// as met while reading: the loader's own key list (``ConfigLoader/schemaKeys(yaml:)``).
+    private(set) var allowedKeys: [String: Set<String>] = [:]
     let environment: [String: String]
 
     init(environment: [String: String]) {
@@ -19,6 +22,11 @@ final class YAMLReader {
         path.isEmpty ? key : "\(path).\(key)"
     }
 
+    /// `endpoints[2].cache` → `endpoints[].cache`.
+    static func schemaPath(_ path: String) -> String {
+        path.replacing(/\[[0-9]+\]/, with: "[]")
+    }
+
     static func isNull(_ node: Node) -> Bool {
         guard case .scalar(let scalar) = node, scalar.style == .plain || scalar.style == .any else { return false }
         return ["", "~", "null", "Null", "NULL"].contains(scalar.string)
@@ -26,6 +34,7 @@ final class YAMLReader {
 
     /// The entries of a mapping, reporting keys not in `allowed` as unknown.
     func mapping(_ node: Node, _ path: String, allowed: [String]) -> [String: Node]? {
+        allowedKeys[Self.schemaPath(path), default: []].formUnion(allowed)
         guard case .mapping(let mapping) = node else {
             fail(path, node, "expected a mapping, found \(Self.kind(node))")
             return nil
