@@ -59,7 +59,8 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
-            ]
+            ],
+            resources: [.embedInCode("Admin/openapi.yaml")]  // a link to docs/openapi.yaml
         ),
         /// The sample business API speaking the JSON envelope (demo, tests, benchmarks).
         .target(

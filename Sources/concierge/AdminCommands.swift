@@ -112,10 +112,28 @@ struct InvalidateCommand: AsyncParsableCommand {
 }
 
 struct StatsCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "stats", abstract: "Show request and cache counters.")
+    static let configuration = CommandConfiguration(
+        commandName: "stats", abstract: "Show request and cache counters.",
+        usage: "concierge stats [--json] [--watch [<seconds>]] [<options>]",
+        discussion: """
+            With --watch, a live view like varnishstat: every counter with its rate per second and the hit ratio, \
+            refreshed in place every SECONDS (default 1) until Ctrl-C. When stdout is not a terminal it prints \
+            one plain line per refresh instead.
+            """)
     @OptionGroup var options: AdminOptions
+    @Flag(help: "Refresh until Ctrl-C (every <seconds>, default 1).") var watch = false
+    @Argument(help: ArgumentHelp("Refresh interval for --watch.", valueName: "seconds")) var seconds: Double?
+
+    func validate() throws {
+        if seconds != nil, !watch { throw ValidationError("an interval needs --watch (concierge stats --watch 2)") }
+        if let seconds, !(0.05...3600).contains(seconds) { throw ValidationError("the interval must be between 0.05 and 3600 seconds") }
+    }
 
     func run() async throws {
+        if watch {
+            try await StatsWatch(client: AdminClient(options), interval: seconds ?? 1).run()
+            return
+        }
         let reply = try await AdminClient(options).send(.GET, "/stats")
         if options.json { printJSON(reply); return }
         guard case .object(let members) = reply else { printJSON(reply); return }

@@ -69,6 +69,17 @@ public enum ConfigLoader {
         return result
     }
 
+    /// The keys the loader allows in each mapping it read while loading `yaml`, by schema path
+    /// (`""` for the top level, `listen`, `endpoints[]`, `endpoints[].cache`…), whether or not
+    /// the document is valid. A mapping is read only when the document has it, so a caller
+    /// that wants the whole schema adds the sections it finds (see `ConfigKeysDocumentedTests`).
+    public static func schemaKeys(yaml: String) -> [String: Set<String>] {
+        guard let root = try? Yams.compose(yaml: yaml) else { return [:] }
+        let reader = YAMLReader(environment: [:])
+        _ = build(root, reader, environment: [:])
+        return reader.allowedKeys
+    }
+
     static func yamlIssue(_ error: YamlError) -> ConfigIssue {
         switch error {
         case .scanner(_, let problem, let mark, _), .parser(_, let problem, let mark, _), .composer(_, let problem, let mark, _):

@@ -7,6 +7,9 @@ final class YAMLReader {
     private(set) var issues: [ConfigIssue] = []
     /// Values taken from the environment by `${VAR}` (secrets to mask in logs).
     private(set) var substitutedValues: Set<String> = []
+    /// The keys each mapping of the schema allows, by schema path (`endpoints[].cache`),
+    /// as met while reading: the loader's own key list (``ConfigLoader/schemaKeys(yaml:)``).
+    private(set) var allowedKeys: [String: Set<String>] = [:]
     let environment: [String: String]
 
     init(environment: [String: String]) {
@@ -21,6 +24,11 @@ final class YAMLReader {
         path.isEmpty ? key : "\(path).\(key)"
     }
 
+    /// `endpoints[2].cache` → `endpoints[].cache`.
+    static func schemaPath(_ path: String) -> String {
+        path.replacing(/\[[0-9]+\]/, with: "[]")
+    }
+
     static func isNull(_ node: Node) -> Bool {
         guard case .scalar(let scalar) = node, scalar.style == .plain || scalar.style == .any else { return false }
         return ["", "~", "null", "Null", "NULL"].contains(scalar.string)
@@ -28,6 +36,7 @@ final class YAMLReader {
 
     /// The entries of a mapping, reporting keys not in `allowed` as unknown.
     func mapping(_ node: Node, _ path: String, allowed: [String]) -> [String: Node]? {
+        allowedKeys[Self.schemaPath(path), default: []].formUnion(allowed)
         guard case .mapping(let mapping) = node else {
             fail(path, node, "expected a mapping, found \(Self.kind(node))")
             return nil

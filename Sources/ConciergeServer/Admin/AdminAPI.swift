@@ -16,7 +16,9 @@ struct AdminAPI: Sendable {
         let router = Router()
         router.add(middleware: AdminHostMiddleware(runtime: control.runtime))
         router.add(middleware: AdminAuthMiddleware(token: token))
+        router.add(middleware: AdminMethodMiddleware())
         router.get("/health") { _, _ in json(["status": "ok"]) }
+        router.get("/openapi.yaml") { _, _ in AdminOpenAPI.response() }
         router.get("/metrics") { _, _ in
             control.refreshCacheGauges()
             let text = control.stats.registry.emitToBuffer()
@@ -77,8 +79,10 @@ struct AdminAPI: Sendable {
         router.get("/session") { _, _ in json(control.sessionDescription()) }
         router.put("/session") { request, _ in
             let body = try await readJSON(request)
-            guard case .object(let f) = body, case .string(let access)? = f["access_token"], !access.isEmpty else {
-                return error(.badRequest, "body must be {\"access_token\": ..., \"refresh_token\": ..., \"user_id\": ...}")
+            guard case .object(let f) = body, case .string(let access)? = f["access_token"], !access.isEmpty,
+                  [nil, .null].contains(f["refresh_token"]) || f["refresh_token"]?.stringValue != nil,
+                  [nil, .null].contains(f["user_id"]) || f["user_id"]?.stringValue != nil || f["user_id"]?.typeName == "number" else {
+                return error(.badRequest, "body must be {\"access_token\": STRING, \"refresh_token\": STRING, \"user_id\": STRING or NUMBER}")
             }
             let tokens = SessionTokens(accessToken: access, refreshToken: f["refresh_token"]?.stringValue, userID: f["user_id"].flatMap { $0 == .null ? nil : $0.parameterText })
             try await control.session.set(tokens)
@@ -105,7 +109,7 @@ struct AdminAPI: Sendable {
             }
             guard control.runtime.setEnvironment(name) else {
                 let known = control.runtime.current.config.upstreams.map(\.name).joined(separator: ", ")
-                return error(.badRequest, "no upstream named '\(name)' (known: \(known))")
+                return error(.notFound, "no upstream named '\(name)' (known: \(known))")
             }
             control.events.publish("environment.changed", ["environment": .string(name)])
             control.logger.info("environment switched", metadata: ["environment": "\(name)"])
@@ -144,7 +148,7 @@ private func readJSON(_ request: Request) async throws -> JSONValue {
     return value
 }
 
-/// `Authorization: Bearer <token>` on every route but `/health`, compared in constant time.
+/// `Authorization: Bearer <token>` on every route but `/health` and `/openapi.yaml`, compared in constant time.
 struct AdminAuthMiddleware<Context: RequestContext>: RouterMiddleware {
     let token: [UInt8]
 
@@ -153,7 +157,7 @@ struct AdminAuthMiddleware<Context: RequestContext>: RouterMiddleware {
     }
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        if request.uri.path == "/health" { return try await next(request, context) }
+        if request.uri.path == "/health" || request.uri.path == "/openapi.yaml" { return try await next(request, context) }
         let header = request.headers[.authorization] ?? ""
         let prefix = "Bearer "
         guard header.hasPrefix(prefix), Self.constantTimeEquals(Array(header.utf8.dropFirst(prefix.utf8.count)), token) else {
