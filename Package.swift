@@ -102,17 +102,15 @@ let package = Package(
             ]
         ),
         /// Fuzz targets over the parsers hostile input reaches (config loader, batch/chain
-        /// bodies with templates, cache-key canonicalisation). `scripts/fuzz.sh` builds the
-        /// executables with libFuzzer (`-sanitize=fuzzer -DFUZZING`); built normally they
-        /// replay corpus files, and the unit tests replay `Fuzz/corpus/`.
+        /// bodies with templates, cache-key canonicalisation). `scripts/fuzz.sh` builds
+        /// `concierge-fuzz` with libFuzzer (`-sanitize=fuzzer -DFUZZING`); built normally it
+        /// replays corpus files, and the unit tests replay `Fuzz/corpus/`.
         .target(
             name: "ConciergeFuzzing",
             dependencies: ["ConciergeCore", .product(name: "NIOHTTP1", package: "swift-nio")],
             path: "Fuzz/ConciergeFuzzing"
         ),
-        .executableTarget(name: "fuzz-config", dependencies: ["ConciergeFuzzing"], path: "Fuzz/fuzz-config"),
-        .executableTarget(name: "fuzz-subrequests", dependencies: ["ConciergeFuzzing"], path: "Fuzz/fuzz-subrequests"),
-        .executableTarget(name: "fuzz-cachekey", dependencies: ["ConciergeFuzzing"], path: "Fuzz/fuzz-cachekey"),
+        .executableTarget(name: "concierge-fuzz", dependencies: ["ConciergeFuzzing"], path: "Fuzz/concierge-fuzz"),
         .testTarget(name: "ConciergeCoreTests", dependencies: ["ConciergeCore", "ConciergeFuzzing"]),
         .testTarget(name: "ConciergeStorageTests", dependencies: ["ConciergeStorage"]),
         .testTarget(

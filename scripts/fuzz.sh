@@ -16,25 +16,23 @@ targets=("$@")
 work=${FUZZ_WORK:-$(mktemp -d)}
 scratch=${FUZZ_BUILD:-.build-fuzz}
 
-for t in "${targets[@]}"; do
-  swift build -c release --scratch-path "$scratch" --product "fuzz-$t" \
-    -Xswiftc -sanitize=fuzzer -Xswiftc -DFUZZING -Xswiftc -parse-as-library
-done
-bin=$(swift build -c release --scratch-path "$scratch" --show-bin-path)
+flags=(-c release --scratch-path "$scratch" -Xswiftc -sanitize=fuzzer -Xswiftc -DFUZZING -Xswiftc -parse-as-library)
+swift build "${flags[@]}" --product concierge-fuzz
+bin=$(swift build "${flags[@]}" --show-bin-path)
 
 status=0
 for t in "${targets[@]}"; do
   mkdir -p "$work/$t"
   cp -n Fuzz/corpus/"$t"/* "$work/$t/" 2>/dev/null || true
   log="$work/$t.log"
-  echo "== fuzz-$t: ${seconds}s"
-  if ! (cd "$work" && "$bin/fuzz-$t" "$work/$t" -max_total_time="$seconds" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 \
+  echo "== $t: ${seconds}s"
+  if ! (cd "$work" && CONCIERGE_FUZZ_TARGET=$t "$bin/concierge-fuzz" "$work/$t" -max_total_time="$seconds" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 \
         -artifact_prefix="$work/crash-$t-" >"$log" 2>&1); then
-    echo "fuzz-$t FAILED:"; tail -40 "$log"; status=1; continue
+    echo "$t FAILED:"; tail -40 "$log"; status=1; continue
   fi
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo '?')
   rate=$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo '?')
   files=$(ls "$work/$t" | wc -l)
-  echo "fuzz-$t: $execs executions, $rate exec/s, corpus $files files, no crash"
+  echo "$t: $execs executions, $rate exec/s, corpus $files files, no crash"
 done
 exit $status

@@ -7,9 +7,22 @@ import NIOHTTP1
 /// broken one traps on purpose (`preconditionFailure`) so the fuzzer reports it.
 ///
 /// They run three ways: under libFuzzer (`scripts/fuzz.sh`, built with
-/// `-sanitize=fuzzer`), as plain executables that replay files (`fuzz-config FILE…`),
-/// and in the unit tests, which replay the seed corpora in `Fuzz/corpus/`.
+/// `-sanitize=fuzzer`), as a plain executable that replays files
+/// (`concierge-fuzz config FILE…`), and in the unit tests, which replay the seed corpora
+/// in `Fuzz/corpus/` (one folder per target name).
 public enum FuzzTargets {
+    public static let names = ["config", "subrequests", "cachekey"]
+
+    /// The target of that name (also the corpus folder's name).
+    public static func named(_ name: String) -> (@Sendable ([UInt8]) -> Void)? {
+        switch name {
+        case "config": return config
+        case "subrequests": return subRequests
+        case "cachekey": return cacheKey
+        default: return nil
+        }
+    }
+
     /// The config loader: any text gives a config or errors, each with a message.
     public static func config(_ data: [UInt8]) {
         let text = String(decoding: data, as: UTF8.self)

@@ -64,6 +64,8 @@ final class ProxyHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     private var bodyProgressAt: NIODeadline?
     private var requestsServed = 0
     private var remoteAddress: String?
+    /// A local answer (`OPTIONS *`) waiting for the end of the request.
+    private var pendingLocalReply: ProxyReply?
 
     init(server: ProxyServerContext) {
         self.server = server
@@ -141,12 +143,11 @@ final class ProxyHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
 
     /// Ends a streamed body with an error, so the upstream request is aborted.
     private func failStreamedBody(_ reason: ClientBodyFailure) {
-        guard case .streaming(let head, let continuation, let outcome) = state else { return }
+        guard case .streaming(_, let continuation, let outcome) = state else { return }
         outcome.fail(reason)
         continuation.finish(throwing: reason)
         bodyProgressAt = nil
         state = .responding
-        _ = head
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -247,8 +248,9 @@ final class ProxyHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         if head.uri == "*" {
             var reply = ProxyReply(status: 200, body: .buffer(ByteBuffer()))
             reply.headers.add(name: "Allow", value: "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
+            // Answered once the (ignored) body has been read.
+            pendingLocalReply = reply
             state = .buffering(head, context.channel.allocator.buffer(capacity: 0), started: .now)
-            discardBody(reply)
             return
         }
         let limits = config.config.limits
@@ -276,13 +278,6 @@ final class ProxyHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         } else {
             state = .buffering(head, context.channel.allocator.buffer(capacity: 0), started: started)
         }
-    }
-
-    /// `OPTIONS *`: answered once the (ignored) body has been read.
-    private var pendingLocalReply: ProxyReply?
-
-    private func discardBody(_ reply: ProxyReply) {
-        pendingLocalReply = reply
     }
 
     private func dispatch(_ head: HTTPRequestHead, body: IncomingRequest.Body, started: ContinuousClock.Instant, context: ChannelHandlerContext,
