@@ -1,10 +1,9 @@
-import Metrics
 import Prometheus
 import Synchronization
 
-/// Counters and histograms of one daemon: plain atomics for `/stats`, and swift-metrics
-/// instruments backed by this daemon's own Prometheus registry for `/metrics` (no global
-/// bootstrap, so several daemons can live in one test process).
+/// Counters and histograms of one daemon: plain atomics for `/stats`, and instruments of
+/// this daemon's own Prometheus registry for `/metrics` (no global bootstrap, so several
+/// daemons can live in one test process), each with its `# HELP` text.
 public final class ProxyStats: Sendable {
     public enum Counter: Int, CaseIterable, Sendable {
         case requests, hits, misses, stale, bypass, refreshes, replays, logouts, upstreamErrors, invalidations
@@ -15,42 +14,57 @@ public final class ProxyStats: Sendable {
             default: return "\(self)"
             }
         }
+
+        var help: String {
+            switch self {
+            case .requests: return "Client requests answered."
+            case .hits: return "Requests answered from the cache."
+            case .misses: return "Cacheable requests that went to the upstream."
+            case .stale: return "Expired entries served (stale-if-error, stale-while-revalidate)."
+            case .bypass: return "Cache lookups skipped on the client's request."
+            case .refreshes: return "Calls to the token endpoint."
+            case .replays: return "Requests replayed after a token refresh."
+            case .logouts: return "Sessions dropped (logout code, failed refresh, admin)."
+            case .upstreamErrors: return "Upstream failures: refused connections, timeouts, 5xx."
+            case .invalidations: return "Cache invalidations through the admin API."
+            }
+        }
     }
 
     private let values: Mutex<[Int]>
     public let registry: PrometheusCollectorRegistry
-    private let factory: PrometheusMetricsFactory
-    private let counters: [Metrics.Counter]
-    private let upstreamLatency: Metrics.Timer
-    private let requestLatency: Metrics.Timer
+    private let counters: [Prometheus.Counter]
+    private let upstreamLatency: DurationHistogram
+    private let requestLatency: DurationHistogram
     private struct RequestKey: Hashable {
         var endpoint: String
         var cache: String
         var status: Int
     }
 
-    private let requestsByStatus = Mutex<[RequestKey: Metrics.Counter]>([:])
-    private let entriesGauge: Metrics.Gauge
-    private let bytesGauge: Metrics.Gauge
+    private let requestsByStatus = Mutex<[RequestKey: Prometheus.Counter]>([:])
+    private let entriesGauge: Gauge
+    private let bytesGauge: Gauge
 
     public init() {
         values = Mutex(Array(repeating: 0, count: Counter.allCases.count))
-        registry = PrometheusCollectorRegistry()
-        var factory = PrometheusMetricsFactory(registry: registry)
-        factory.defaultDurationHistogramBuckets = [.milliseconds(1), .milliseconds(2), .milliseconds(5), .milliseconds(10), .milliseconds(25),
-                                                   .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500),
-                                                   .seconds(1), .seconds(2), .seconds(5), .seconds(10)]
-        self.factory = factory
-        counters = Counter.allCases.map { Metrics.Counter(label: "concierge_\($0.jsonName)_total", dimensions: [], factory: factory) }
-        upstreamLatency = Metrics.Timer(label: "concierge_upstream_duration_seconds", dimensions: [], preferredDisplayUnit: .seconds, factory: factory)
-        requestLatency = Metrics.Timer(label: "concierge_request_duration_seconds", dimensions: [], preferredDisplayUnit: .seconds, factory: factory)
-        entriesGauge = Metrics.Gauge(label: "concierge_cache_entries", dimensions: [], factory: factory)
-        bytesGauge = Metrics.Gauge(label: "concierge_cache_bytes", dimensions: [], factory: factory)
+        let registry = PrometheusCollectorRegistry()
+        self.registry = registry
+        let buckets: [Duration] = [.milliseconds(1), .milliseconds(2), .milliseconds(5), .milliseconds(10), .milliseconds(25),
+                                   .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500),
+                                   .seconds(1), .seconds(2), .seconds(5), .seconds(10)]
+        counters = Counter.allCases.map { registry.makeCounter(name: "concierge_\($0.jsonName)_total", help: $0.help) }
+        upstreamLatency = registry.makeDurationHistogram(name: "concierge_upstream_duration_seconds", buckets: buckets,
+                                                         help: "Time of upstream exchanges, in seconds.")
+        requestLatency = registry.makeDurationHistogram(name: "concierge_request_duration_seconds", buckets: buckets,
+                                                        help: "Time from request to reply, in seconds.")
+        entriesGauge = registry.makeGauge(name: "concierge_cache_entries", help: "Entries in the cache.")
+        bytesGauge = registry.makeGauge(name: "concierge_cache_bytes", help: "Bytes of cached replies.")
     }
 
     public func increment(_ counter: Counter, by amount: Int = 1) {
         values.withLock { $0[counter.rawValue] += amount }
-        counters[counter.rawValue].increment(by: amount)
+        counters[counter.rawValue].increment(by: Int64(amount))
     }
 
     public func value(_ counter: Counter) -> Int {
@@ -61,11 +75,11 @@ public final class ProxyStats: Sendable {
     public func recordRequest(endpoint: String, cache: String, status: Int, duration: Duration) {
         increment(.requests)
         let key = RequestKey(endpoint: endpoint, cache: cache, status: status)
-        let counter = requestsByStatus.withLock { map -> Metrics.Counter in
+        let counter = requestsByStatus.withLock { map -> Prometheus.Counter in
             if let c = map[key] { return c }
-            let c = Metrics.Counter(label: "concierge_requests_by_endpoint_total",
-                                    dimensions: [("endpoint", endpoint), ("cache", cache.isEmpty ? "NONE" : cache), ("status", "\(status)")],
-                                    factory: factory)
+            let c = registry.makeCounter(name: "concierge_requests_by_endpoint_total",
+                                         labels: [("endpoint", endpoint), ("cache", cache.isEmpty ? "NONE" : cache), ("status", "\(status)")],
+                                         help: "Client requests by endpoint, cache status and HTTP status.")
             map[key] = c
             return c
         }
@@ -78,8 +92,8 @@ public final class ProxyStats: Sendable {
     }
 
     public func setCacheSize(entries: Int, bytes: Int) {
-        entriesGauge.record(entries)
-        bytesGauge.record(bytes)
+        entriesGauge.record(Int64(entries))
+        bytesGauge.record(Int64(bytes))
     }
 
     /// The `/stats` JSON object.
