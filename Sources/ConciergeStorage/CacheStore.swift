@@ -169,10 +169,44 @@ public final class CacheStore: Sendable {
 
     // MARK: Writes
 
+    /// At most this many entries wait for the writer; more are kept in the hot tier only.
+    static let maxQueuedPuts = 20_000
+
     /// Puts the entry in the hot tier at once and queues it for SQLite.
-    public func store(_ entry: CacheEntry) {
+    ///
+    /// - Returns: whether the writer queue accepted the entry. It refuses while storage is
+    ///   degraded (writes failing) or the queue is full; the entry then lives in the hot
+    ///   tier only. An accepted entry is committed within one writer pass unless the disk
+    ///   fails meanwhile: accepted means queued, not yet durable.
+    @discardableResult
+    public func store(_ entry: CacheEntry) -> Bool {
         hot.put(entry)
-        enqueue(.put(entry))
+        guard !database.health.isDegraded else { return false }
+        let accepted = pending.withLock { ops -> Bool in
+            guard ops.count < Self.maxQueuedPuts else { return false }
+            ops.append(.put(entry))
+            return true
+        }
+        if accepted { wake.yield() }
+        return accepted
+    }
+
+    /// While storage is degraded: tries one small write and marks storage healthy again
+    /// when it commits. Returns whether storage is healthy afterwards.
+    @discardableResult
+    public func probe() async -> Bool {
+        guard database.health.isDegraded else { return true }
+        do {
+            try await database.pool.write { db in
+                let version = try Int.fetchOne(db, sql: "PRAGMA user_version") ?? 0
+                try db.execute(sql: "PRAGMA user_version = \(version)")
+            }
+            database.health.recordSuccess()
+            return true
+        } catch {
+            database.health.recordFailure("probe", error)
+            return false
+        }
     }
 
     /// Removes matching entries from both tiers; returns how many distinct entries went.
@@ -241,8 +275,10 @@ public final class CacheStore: Sendable {
         var removedAfterCommit: [(InvalidationCriteria, KeyMatcher?)] = []
         var delta = Totals()
         let now = Date().timeIntervalSince1970
+        var wrote = false
         do {
-            (results, delta) = try await database.pool.write { db -> ([Result<Int, any Error>], Totals) in
+            (results, delta, wrote) = try await database.pool.write { db -> ([Result<Int, any Error>], Totals, Bool) in
+                let changesBefore = db.totalChangesCount
                 var results: [Result<Int, any Error>] = []
                 var delta = Totals()
                 let sizeOf = try db.cachedStatement(sql: "SELECT rowid, size FROM cache_entry WHERE key = ?")
@@ -291,12 +327,15 @@ public final class CacheStore: Sendable {
                     let touch = try db.cachedStatement(sql: "UPDATE cache_entry SET last_access = ? WHERE key = ?")
                     for (key, at) in touches { try touch.execute(arguments: [at, key]) }
                 }
-                return (results, delta)
+                return (results, delta, db.totalChangesCount != changesBefore)
             }
         } catch {
-            logger.error("cache write failed; queued writes dropped", metadata: ["error": "\(error)", "operations": "\(batch.count)"])
+            // Rate-limited there: a full disk fails every batch.
+            database.health.recordFailure("cache", error)
             results = batch.map { _ in .failure(error) }
         }
+        // A transaction that changed nothing proves nothing about the disk.
+        if wrote { database.health.recordSuccess() }
         totals.withLock {
             $0.entries += delta.entries
             $0.bytes += delta.bytes
@@ -357,7 +396,7 @@ public final class CacheStore: Sendable {
             }
             logger.debug("evicted least recently used entries", metadata: ["entries": "\(n)", "bytes": "\(b)"])
         } catch {
-            logger.error("eviction failed", metadata: ["error": "\(error)"])
+            database.health.recordFailure("eviction", error)
         }
     }
 

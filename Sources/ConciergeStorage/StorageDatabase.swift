@@ -22,11 +22,14 @@ public final class StorageDatabase: Sendable {
     public let pool: DatabasePool
     /// Set when a corrupt file was found at start and moved aside (the new name).
     public let movedAsidePath: String?
+    /// Whether writes currently succeed (shared by the cache writer and the session).
+    public let health: StorageHealth
 
     /// Opens (or creates) the database. A corrupt file is moved aside to
     /// `<path>.corrupt-<unix time>` with a loud log line and a fresh one is created.
     public init(path: String, logger: Logger) throws {
         self.path = path
+        self.health = StorageHealth(logger: logger)
         let directory = (path as NSString).deletingLastPathComponent
         let fm = FileManager.default
         if !directory.isEmpty, !fm.fileExists(atPath: directory) {

@@ -15,7 +15,10 @@ struct AdminAPI: Sendable {
     func makeRouter() -> Router<BasicRequestContext> {
         let router = Router()
         router.add(middleware: AdminAuthMiddleware(token: token))
-        router.get("/health") { _, _ in json(["status": "ok"]) }
+        router.get("/health") { _, _ in
+            // Still 200: the proxy serves, from memory where SQLite cannot take writes.
+            control.storageDegraded ? json(["status": "ok", "storage": "degraded"]) : json(["status": "ok"])
+        }
         router.get("/metrics") { _, _ in
             control.refreshCacheGauges()
             let text = control.stats.registry.emitToBuffer()

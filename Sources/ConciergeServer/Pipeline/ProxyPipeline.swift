@@ -251,8 +251,7 @@ public final class ProxyPipeline: Sendable {
                                headers: storable.headers, body: storable.body, storedAt: Date().timeIntervalSince1970,
                                ttl: policy.ttl.seconds, staleWhileRevalidate: policy.staleWhileRevalidate.seconds,
                                staleIfError: policy.staleIfError.seconds, version: policy.version ?? p.config.config.cache.version)
-        cache.store(entry)
-        result.result.stored = true
+        result.result.stored = cache.store(entry)
         return result.result
     }
 

@@ -100,6 +100,7 @@ public final class ConciergeDaemon: Sendable {
         }
         add(CacheWriterService(cache: cache, logger: logger))
         add(SweeperService(daemon: self))
+        add(StorageRecoveryService(daemon: self))
         add(NotifierService(daemon: self, readiness: readiness))
         if handleSignals { add(ReloadSignalService(daemon: self)) }
         if let admin = try makeAdminService() {
@@ -214,7 +215,11 @@ public final class ConciergeDaemon: Sendable {
 
     func refreshCacheGauges() {
         stats.setCacheSize(entries: cache.entryCount, bytes: cache.byteCount)
+        stats.setStorageHealth(degraded: storageDegraded, failedWrites: database.health.failureCount)
     }
+
+    /// Writes to SQLite are failing, or the live session is not saved yet.
+    var storageDegraded: Bool { database.health.isDegraded || session.hasUnsavedChange }
 
     func sessionDescription() -> JSONValue {
         guard let s = session.current else { return ["logged_in": false] }

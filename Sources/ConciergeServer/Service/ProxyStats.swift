@@ -32,6 +32,9 @@ public final class ProxyStats: Sendable {
     private let requestsByStatus = Mutex<[RequestKey: Metrics.Counter]>([:])
     private let entriesGauge: Metrics.Gauge
     private let bytesGauge: Metrics.Gauge
+    private let storageDegradedGauge: Metrics.Gauge
+    private let storageFailures: Metrics.Counter
+    private let reportedStorageFailures = Mutex(0)
 
     public init() {
         values = Mutex(Array(repeating: 0, count: Counter.allCases.count))
@@ -46,6 +49,8 @@ public final class ProxyStats: Sendable {
         requestLatency = Metrics.Timer(label: "concierge_request_duration_seconds", dimensions: [], preferredDisplayUnit: .seconds, factory: factory)
         entriesGauge = Metrics.Gauge(label: "concierge_cache_entries", dimensions: [], factory: factory)
         bytesGauge = Metrics.Gauge(label: "concierge_cache_bytes", dimensions: [], factory: factory)
+        storageDegradedGauge = Metrics.Gauge(label: "concierge_storage_degraded", dimensions: [], factory: factory)
+        storageFailures = Metrics.Counter(label: "concierge_storage_write_failures_total", dimensions: [], factory: factory)
     }
 
     public func increment(_ counter: Counter, by amount: Int = 1) {
@@ -80,6 +85,16 @@ public final class ProxyStats: Sendable {
     public func setCacheSize(entries: Int, bytes: Int) {
         entriesGauge.record(entries)
         bytesGauge.record(bytes)
+    }
+
+    /// `concierge_storage_degraded` (0 or 1) and `concierge_storage_write_failures_total`.
+    public func setStorageHealth(degraded: Bool, failedWrites: Int) {
+        storageDegradedGauge.record(degraded ? 1 : 0)
+        let delta = reportedStorageFailures.withLock { reported -> Int in
+            defer { reported = max(reported, failedWrites) }
+            return max(0, failedWrites - reported)
+        }
+        if delta > 0 { storageFailures.increment(by: delta) }
     }
 
     /// The `/stats` JSON object.
