@@ -14,6 +14,7 @@ struct AdminAPI: Sendable {
 
     func makeRouter() -> Router<BasicRequestContext> {
         let router = Router()
+        router.add(middleware: AdminErrorMiddleware(logger: control.logger))
         router.add(middleware: AdminAuthMiddleware(token: token))
         router.get("/health") { _, _ in
             // Still 200: the proxy serves, from memory where SQLite cannot take writes.
