@@ -45,7 +45,14 @@ struct DiskFullTests {
             let metrics = try await rig.admin(.GET, "/metrics").text
             #expect(metrics.contains("concierge_storage_degraded 1"))
 
+            // An admin call whose SQLite write fails is a JSON error, not an empty 500.
+            let invalidate = try await rig.admin(.POST, "/cache/invalidate", json: ["all": true])
+            if invalidate.status != 200 {
+                #expect(invalidate.json?[path: "error"]?.stringValue?.isEmpty == false, "\(invalidate.status) \(invalidate.text)")
+            }
+
             let errorLines = rig.logs.lines.filter { $0.contains("ERROR") }
+            print("disk full: \(errorLines.count) ERROR lines; invalidate answered \(invalidate.status) \(invalidate.text)")
             #expect(errorLines.count < 5, "\(errorLines.count) error lines: \(errorLines.prefix(5))")
 
             // Room again: storage recovers by itself and the logout reaches SQLite.

@@ -18,7 +18,7 @@ public final class SessionState: Sendable {
     private struct State {
         var tokens: SessionTokens?
         var generation = 0
-        /// The in-memory session differs from the stored one.
+        /// The last save failed: the in-memory session differs from the stored one.
         var unsaved = false
     }
 
@@ -38,13 +38,13 @@ public final class SessionState: Sendable {
     public var current: SessionTokens? { state.withLock { $0.tokens } }
     public var generation: Int { state.withLock { $0.generation } }
     public var snapshot: (tokens: SessionTokens?, generation: Int) { state.withLock { ($0.tokens, $0.generation) } }
-    /// True while the session in memory has not been written to SQLite.
+    /// True after a failed save, until a later save succeeds.
     public var hasUnsavedChange: Bool { state.withLock { $0.unsaved } }
 
     /// Sets a new session (login, admin `PUT /session`).
     public func set(_ tokens: SessionTokens) async throws {
         await writeLock.run {
-            state.withLock { $0.tokens = tokens; $0.generation += 1; $0.unsaved = true }
+            state.withLock { $0.tokens = tokens; $0.generation += 1 }
             await save()
         }
     }
@@ -61,7 +61,7 @@ public final class SessionState: Sendable {
     public func clear(ifAccessToken accessToken: String?) async throws -> SessionTokens? {
         await writeLock.run {
             guard let old = current, accessToken == nil || old.accessToken == accessToken else { return nil }
-            state.withLock { $0.tokens = nil; $0.generation += 1; $0.unsaved = true }
+            state.withLock { $0.tokens = nil; $0.generation += 1 }
             await save()
             return old
         }
@@ -72,7 +72,7 @@ public final class SessionState: Sendable {
     public func replace(ifGeneration generation: Int, with tokens: SessionTokens) async throws -> Bool {
         await writeLock.run {
             guard self.generation == generation, current != nil else { return false }
-            state.withLock { $0.tokens = tokens; $0.generation += 1; $0.unsaved = true }
+            state.withLock { $0.tokens = tokens; $0.generation += 1 }
             await save()
             return true
         }
@@ -96,6 +96,7 @@ public final class SessionState: Sendable {
             state.withLock { $0.unsaved = false }
             health.recordSuccess()
         } catch {
+            state.withLock { $0.unsaved = true }
             health.recordFailure("session", error)
         }
     }
