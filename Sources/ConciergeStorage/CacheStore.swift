@@ -169,10 +169,44 @@ public final class CacheStore: Sendable {
 
     // MARK: Writes
 
+    /// At most this many entries wait for the writer; more are kept in the hot tier only.
+    static let maxQueuedPuts = 20_000
+
     /// Puts the entry in the hot tier at once and queues it for SQLite.
-    public func store(_ entry: CacheEntry) {
+    ///
+    /// - Returns: whether the writer queue accepted the entry. It refuses while storage is
+    ///   degraded (writes failing) or the queue is full; the entry then lives in the hot
+    ///   tier only. An accepted entry is committed within one writer pass unless the disk
+    ///   fails meanwhile: accepted means queued, not yet durable.
+    @discardableResult
+    public func store(_ entry: CacheEntry) -> Bool {
         hot.put(entry)
-        enqueue(.put(entry))
+        guard !database.health.isDegraded else { return false }
+        let accepted = pending.withLock { ops -> Bool in
+            guard ops.count < Self.maxQueuedPuts else { return false }
+            ops.append(.put(entry))
+            return true
+        }
+        if accepted { wake.yield() }
+        return accepted
+    }
+
+    /// While storage is degraded: tries one small write and marks storage healthy again
+    /// when it commits. Returns whether storage is healthy afterwards.
+    @discardableResult
+    public func probe() async -> Bool {
+        guard database.health.isDegraded else { return true }
+        do {
+            try await database.pool.write { db in
+                let version = try Int.fetchOne(db, sql: "PRAGMA user_version") ?? 0
+                try db.execute(sql: "PRAGMA user_version = \(version)")
+            }
+            database.health.recordSuccess()
+            return true
+        } catch {
+            database.health.recordFailure("probe", error)
+            return false
+        }
     }
 
     /// Removes matching entries from both tiers; returns how many distinct entries went.
@@ -216,10 +250,15 @@ public final class CacheStore: Sendable {
         await drain()
     }
 
-    /// Ends the writer loop after committing what is queued.
+    /// Ends the writer loop after committing what is queued; eviction in progress stops
+    /// after its current slice (it resumes at the next start).
     public func finish() {
+        stopping.withLock { $0 = true }
         wake.finish()
     }
+
+    private let stopping = Mutex(false)
+    var isStopping: Bool { stopping.withLock { $0 } }
 
     private func drain() async {
         while true {
@@ -227,7 +266,11 @@ public final class CacheStore: Sendable {
                 defer { ops.removeAll(keepingCapacity: true) }
                 return ops
             }
-            if batch.isEmpty { return }
+            if batch.isEmpty {
+                // An eviction pass that ran out of time woke the writer to go on.
+                if !isStopping, needsEviction { await evict() }
+                return
+            }
             await commit(batch)
         }
     }
@@ -241,8 +284,10 @@ public final class CacheStore: Sendable {
         var removedAfterCommit: [(InvalidationCriteria, KeyMatcher?)] = []
         var delta = Totals()
         let now = Date().timeIntervalSince1970
+        var wrote = false
         do {
-            (results, delta) = try await database.pool.write { db -> ([Result<Int, any Error>], Totals) in
+            (results, delta, wrote) = try await database.pool.write { db -> ([Result<Int, any Error>], Totals, Bool) in
+                let changesBefore = db.totalChangesCount
                 var results: [Result<Int, any Error>] = []
                 var delta = Totals()
                 let sizeOf = try db.cachedStatement(sql: "SELECT rowid, size FROM cache_entry WHERE key = ?")
@@ -291,17 +336,20 @@ public final class CacheStore: Sendable {
                     let touch = try db.cachedStatement(sql: "UPDATE cache_entry SET last_access = ? WHERE key = ?")
                     for (key, at) in touches { try touch.execute(arguments: [at, key]) }
                 }
-                return (results, delta)
+                return (results, delta, db.totalChangesCount != changesBefore)
             }
         } catch {
-            logger.error("cache write failed; queued writes dropped", metadata: ["error": "\(error)", "operations": "\(batch.count)"])
+            // Rate-limited there: a full disk fails every batch.
+            database.health.recordFailure("cache", error)
             results = batch.map { _ in .failure(error) }
         }
+        // A transaction that changed nothing proves nothing about the disk.
+        if wrote { database.health.recordSuccess() }
         totals.withLock {
             $0.entries += delta.entries
             $0.bytes += delta.bytes
         }
-        if byteCount > evictionHighWater { await evict() }
+        if !isStopping, needsEviction { await evict() }
         for (op, result) in zip(batch, results) {
             switch op {
             case .put: break
@@ -320,45 +368,87 @@ public final class CacheStore: Sendable {
     }
 
     /// Eviction keeps the cached bytes under 80% of `maxBytes`, so that the file with its
-    /// SQLite overhead stays under `maxBytes`.
+    /// SQLite overhead stays under `maxBytes`; it also starts whenever the database file and
+    /// its WAL together exceed `maxBytes`.
     var evictionHighWater: Int { maxBytes / 10 * 8 }
     var evictionLowWater: Int { maxBytes / 10 * 7 }
+    /// One eviction slice deletes at most this many bytes (or ``evictionSliceRows`` rows) in
+    /// one transaction, then gives at most ``vacuumSlicePages`` pages back and truncates the
+    /// WAL: no transaction, vacuum or checkpoint grows with the size of the cache.
+    static let evictionSliceBytes = 16 << 20
+    static let evictionSliceRows = 2000
+    static let vacuumSlicePages = 4096
+    /// One writer pass spends at most this long evicting, then lets queued writes in.
+    static let evictionPassTime = Duration.milliseconds(400)
 
+    var needsEviction: Bool { byteCount > evictionHighWater || database.fileBytes > maxBytes }
+
+    /// Evicts least recently used entries in bounded slices until the cached bytes are under
+    /// the low-water mark and the file with its WAL under `maxBytes`. A pass stops after
+    /// ``evictionPassTime`` (and at once on shutdown) and wakes the writer to go on later.
     private func evict() async {
-        let target = evictionLowWater
+        let passEnd = ContinuousClock.now + Self.evictionPassTime
+        var removedEntries = 0, removedBytes = 0
+        var finished = false
         do {
-            let (n, b) = try await database.pool.write { db -> (Int, Int) in
-                var removedEntries = 0, removedBytes = 0
-                var excess = self.byteCount - target
-                let select = try db.cachedStatement(sql: "SELECT key, size FROM cache_entry ORDER BY last_access LIMIT 256")
-                let delete = try db.cachedStatement(sql: "DELETE FROM cache_entry WHERE key = ?")
-                while excess > 0 {
-                    let rows = try Row.fetchAll(select)
-                    if rows.isEmpty { break }
-                    for row in rows where excess > 0 {
-                        let key: String = row["key"], size: Int = row["size"]
-                        try delete.execute(arguments: [key])
-                        self.hot.remove(key)
-                        self.presence.withLock { _ = $0.remove(KeyHash.of(key)) }
-                        excess -= size
-                        removedEntries += 1
-                        removedBytes += size
-                    }
+            // A WAL left large by a burst of writes may be all the excess.
+            try await database.pool.writeWithoutTransaction { db in _ = try? db.checkpoint(.truncate) }
+            while !isStopping {
+                let fileExcess = database.fileBytes - maxBytes / 10 * 9
+                let cacheExcess = byteCount - evictionLowWater
+                let (freePages, pageSize) = try await database.pool.read { db in
+                    (try Int.fetchOne(db, sql: "PRAGMA freelist_count") ?? 0, try Int.fetchOne(db, sql: "PRAGMA page_size") ?? 4096)
                 }
-                return (removedEntries, removedBytes)
+                // Free pages shrink the file without deleting anything.
+                let rowsExcess = max(cacheExcess, fileExcess - freePages * pageSize)
+                if rowsExcess <= 0 && (fileExcess <= 0 || freePages == 0) {
+                    finished = true
+                    break
+                }
+                let (n, b) = rowsExcess > 0 ? try await evictSlice(upTo: min(rowsExcess, Self.evictionSliceBytes)) : (0, 0)
+                removedEntries += n
+                removedBytes += b
+                try await database.pool.writeWithoutTransaction { db in
+                    try db.execute(sql: "PRAGMA incremental_vacuum(\(Self.vacuumSlicePages))")
+                    _ = try? db.checkpoint(.truncate)
+                }
+                if n == 0 && rowsExcess > 0 && freePages == 0 {
+                    finished = true  // nothing left to evict
+                    break
+                }
+                if ContinuousClock.now >= passEnd { break }
             }
-            totals.withLock {
-                $0.entries -= n
-                $0.bytes -= b
+            if removedEntries > 0 {
+                logger.debug("evicted least recently used entries", metadata: ["entries": "\(removedEntries)", "bytes": "\(removedBytes)"])
             }
-            try await database.pool.writeWithoutTransaction { db in
-                try db.execute(sql: "PRAGMA incremental_vacuum")
-                _ = try? db.checkpoint(.truncate)
-            }
-            logger.debug("evicted least recently used entries", metadata: ["entries": "\(n)", "bytes": "\(b)"])
         } catch {
-            logger.error("eviction failed", metadata: ["error": "\(error)"])
+            database.health.recordFailure("eviction", error)
+            return
         }
+        if !finished && !isStopping { wake.yield() }
+    }
+
+    /// Deletes least recently used rows worth about `bytes` in one transaction.
+    private func evictSlice(upTo bytes: Int) async throws -> (Int, Int) {
+        let (n, b) = try await database.pool.write { db -> (Int, Int) in
+            var removedEntries = 0, removedBytes = 0
+            let select = try db.cachedStatement(sql: "SELECT key, size FROM cache_entry ORDER BY last_access LIMIT ?")
+            let delete = try db.cachedStatement(sql: "DELETE FROM cache_entry WHERE key = ?")
+            for row in try Row.fetchAll(select, arguments: [Self.evictionSliceRows]) where removedBytes < bytes {
+                let key: String = row["key"], size: Int = row["size"]
+                try delete.execute(arguments: [key])
+                self.hot.remove(key)
+                self.presence.withLock { _ = $0.remove(KeyHash.of(key)) }
+                removedEntries += 1
+                removedBytes += size
+            }
+            return (removedEntries, removedBytes)
+        }
+        totals.withLock {
+            $0.entries -= n
+            $0.bytes -= b
+        }
+        return (n, b)
     }
 
     /// Deletes rows matching a SQL condition; keeps the presence set in step.

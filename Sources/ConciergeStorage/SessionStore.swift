@@ -4,7 +4,7 @@ import GRDB
 
 /// Persists the one session (tokens, user id, when set) so it survives restarts.
 public struct SessionStore: Sendable {
-    let database: StorageDatabase
+    public let database: StorageDatabase
 
     public init(database: StorageDatabase) {
         self.database = database

@@ -22,13 +22,25 @@ public final class StorageDatabase: Sendable {
     public let pool: DatabasePool
     /// Set when a corrupt file was found at start and moved aside (the new name).
     public let movedAsidePath: String?
+    /// Whether writes currently succeed (shared by the cache writer and the session).
+    public let health: StorageHealth
 
-    /// Opens (or creates) the database. A corrupt file is moved aside to
-    /// `<path>.corrupt-<unix time>` with a loud log line and a fresh one is created.
-    public init(path: String, logger: Logger) throws {
+    /// Opens (or creates) the database.
+    ///
+    /// - Only SQLite's `SQLITE_CORRUPT` / `SQLITE_NOTADB` answers move a file aside (to
+    ///   `<path>.corrupt-<unix time>`, with its WAL, logged loudly) and start a fresh one.
+    /// - A database locked by another connection is waited for, at most `lockWait` (logged
+    ///   once), then a ``StorageError`` saying so; nothing is moved.
+    /// - A path that is a directory, or any other failure, is a ``StorageError``.
+    public init(path: String, logger: Logger, lockWait: Duration = .seconds(30)) throws {
         self.path = path
+        self.health = StorageHealth(logger: logger)
         let directory = (path as NSString).deletingLastPathComponent
         let fm = FileManager.default
+        var isDirectory: ObjCBool = false
+        if fm.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue {
+            throw StorageError(path: path, reason: "it is a directory; storage.path must name a file (e.g. \(path)/concierge.sqlite)")
+        }
         if !directory.isEmpty, !fm.fileExists(atPath: directory) {
             do {
                 try fm.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
@@ -46,28 +58,53 @@ public final class StorageDatabase: Sendable {
         guard access(path, R_OK | W_OK) == 0 else {
             throw StorageError(path: path, reason: "not readable and writable: \(String(cString: strerror(errno)))")
         }
-        do {
-            pool = try Self.openPool(path)
-            movedAsidePath = nil
-        } catch let error as StorageError {
-            throw error
-        } catch {
-            let aside = "\(path).corrupt-\(Int(Date().timeIntervalSince1970))"
-            logger.critical("storage file is corrupt; moving it aside and starting empty",
-                            metadata: ["path": "\(path)", "moved_to": "\(aside)", "error": "\(error)"])
+        let started = ContinuousClock.now
+        var waitLogged = false
+        while true {
             do {
-                for suffix in ["-wal", "-shm"] where fm.fileExists(atPath: path + suffix) {
-                    try fm.moveItem(atPath: path + suffix, toPath: aside + suffix)
+                pool = try Self.openPool(path, busyTimeout: min(5, max(0.1, lockWait.inSeconds)))
+                movedAsidePath = nil
+                return
+            } catch let error as DatabaseError where Self.isLocked(error) {
+                let waited = ContinuousClock.now - started
+                if waited >= lockWait {
+                    throw StorageError(path: path, reason: "the database is locked by another process (waited \(Int(waited.inSeconds.rounded())) s); "
+                                       + "is another concierge or a sqlite3 shell using it?")
                 }
-                try fm.moveItem(atPath: path, toPath: aside)
-                let fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0o600)
-                if fd >= 0 { close(fd) }
-                pool = try Self.openPool(path)
-                movedAsidePath = aside
+                if !waitLogged {
+                    waitLogged = true
+                    logger.warning("storage is locked by another process; waiting for it",
+                                   metadata: ["path": "\(path)", "max_wait": "\(Int(lockWait.inSeconds))s"])
+                }
+            } catch let error as DatabaseError where Self.isCorrupt(error) {
+                break
             } catch {
-                throw StorageError(path: path, reason: "corrupt and could not be replaced: \(Self.describe(error))")
+                throw StorageError(path: path, reason: Self.describe(error))
             }
         }
+        let aside = "\(path).corrupt-\(Int(Date().timeIntervalSince1970))"
+        logger.critical("storage file is corrupt; moving it aside and starting empty",
+                        metadata: ["path": "\(path)", "moved_to": "\(aside)"])
+        do {
+            for suffix in ["-wal", "-shm"] where fm.fileExists(atPath: path + suffix) {
+                try fm.moveItem(atPath: path + suffix, toPath: aside + suffix)
+            }
+            try fm.moveItem(atPath: path, toPath: aside)
+            let fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0o600)
+            if fd >= 0 { close(fd) }
+            pool = try Self.openPool(path, busyTimeout: 5)
+            movedAsidePath = aside
+        } catch {
+            throw StorageError(path: path, reason: "corrupt and could not be replaced: \(Self.describe(error))")
+        }
+    }
+
+    static func isLocked(_ error: DatabaseError) -> Bool {
+        error.resultCode == .SQLITE_BUSY || error.resultCode == .SQLITE_LOCKED
+    }
+
+    static func isCorrupt(_ error: DatabaseError) -> Bool {
+        error.resultCode == .SQLITE_CORRUPT || error.resultCode == .SQLITE_NOTADB
     }
 
     static func describe(_ error: any Error) -> String {
@@ -75,10 +112,10 @@ public final class StorageDatabase: Sendable {
         return "\(error)"
     }
 
-    private static func openPool(_ path: String) throws -> DatabasePool {
+    private static func openPool(_ path: String, busyTimeout: TimeInterval) throws -> DatabasePool {
         var configuration = Configuration()
         configuration.journalMode = .wal
-        configuration.busyMode = .timeout(5)
+        configuration.busyMode = .timeout(busyTimeout)
         configuration.maximumReaderCount = 4
         configuration.prepareDatabase { db in
             try db.execute(sql: "PRAGMA synchronous = NORMAL")
@@ -146,4 +183,8 @@ public final class StorageDatabase: Sendable {
         }
         return total
     }
+}
+
+extension Duration {
+    var inSeconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
 }

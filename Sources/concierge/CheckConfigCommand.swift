@@ -12,6 +12,22 @@ struct CheckConfigCommand: ParsableCommand {
 
     func run() throws {
         let loaded = try ConfigSource.loadOrExit(config)
+        if loaded.admin.token == nil, let file = loaded.admin.tokenFile {
+            switch AdminTokenFile.read(file) {
+            case .success: break
+            case .failure(.missing):
+                // Often checked away from the machine it is for; `serve` refuses to start without it.
+                print("warning: admin.token_file: \(file) does not exist here; `concierge serve` needs it")
+            case .failure(let problem):
+                var error = problem.configError
+                error.file = config
+                printError(error.description)
+                throw ExitCode(ConfigError.exitCode)
+            }
+        }
+        if case .tcp(let host, _) = loaded.listen.admin, !(host == "localhost" || host == "::1" || host.hasPrefix("127.")) {
+            print("warning: listen.admin \(loaded.listen.admin) is not a loopback address")
+        }
         print(EffectiveConfig.describe(loaded))
         print("configuration OK: \(config)")
     }

@@ -26,6 +26,11 @@ struct ServeCommand: AsyncParsableCommand {
         } catch let error as StorageError {
             printError("concierge: \(error)")
             throw ExitCode(73)  // EX_CANTCREAT
+        } catch let error as ConfigError {
+            var error = error
+            error.file = path
+            printError(error.description)
+            throw ExitCode(ConfigError.exitCode)
         }
         do {
             try await daemon.run()

@@ -14,10 +14,14 @@ struct AdminAPI: Sendable {
 
     func makeRouter() -> Router<BasicRequestContext> {
         let router = Router()
+        router.add(middleware: AdminErrorMiddleware(logger: control.logger))
         router.add(middleware: AdminHostMiddleware(runtime: control.runtime))
         router.add(middleware: AdminAuthMiddleware(token: token))
         router.add(middleware: AdminMethodMiddleware())
-        router.get("/health") { _, _ in json(["status": "ok"]) }
+        router.get("/health") { _, _ in
+            // Still 200: the proxy serves, from memory where SQLite cannot take writes.
+            control.storageDegraded ? json(["status": "ok", "storage": "degraded"]) : json(["status": "ok"])
+        }
         router.get("/openapi.yaml") { _, _ in AdminOpenAPI.response() }
         router.get("/metrics") { _, _ in
             control.refreshCacheGauges()

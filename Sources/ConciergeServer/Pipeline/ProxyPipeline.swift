@@ -221,11 +221,18 @@ public final class ProxyPipeline: Sendable {
     /// A reply built from a stored entry (HIT or STALE).
     func cachedReply(_ entry: CacheEntry, _ p: Prepared, status: String, now: Double, detail: String? = nil) -> ProxyReply {
         var headers = HTTPHeaders()
-        for (name, value) in entry.headers { headers.add(name: name, value: value) }
+        var upstreamAge = 0
+        for (name, value) in entry.headers {
+            if name.lowercased() == "age" {
+                upstreamAge = Int(value.trimmingCharacters(in: .whitespaces)) ?? 0
+                continue
+            }
+            headers.add(name: name, value: value)
+        }
         let ttl = entry.remainingTTL(at: now)
         headers.add(name: "X-Cache", value: status)
         headers.add(name: "Cache-Status", value: "concierge; hit; ttl=\(ttl)\(detail.map { "; detail=\($0)" } ?? "")")
-        headers.add(name: "Age", value: String(entry.age(at: now)))
+        headers.add(name: "Age", value: String(max(0, upstreamAge) + entry.age(at: now)))
         var reply = ProxyReply(status: entry.status, headers: headers, body: .buffer(entry.body))
         reply.cacheStatus = status
         reply.endpoint = p.endpoint.name
@@ -251,8 +258,7 @@ public final class ProxyPipeline: Sendable {
                                headers: storable.headers, body: storable.body, storedAt: Date().timeIntervalSince1970,
                                ttl: policy.ttl.seconds, staleWhileRevalidate: policy.staleWhileRevalidate.seconds,
                                staleIfError: policy.staleIfError.seconds, version: policy.version ?? p.config.config.cache.version)
-        cache.store(entry)
-        result.result.stored = true
+        result.result.stored = cache.store(entry)
         return result.result
     }
 
@@ -283,7 +289,8 @@ public final class ProxyPipeline: Sendable {
                 logger.debug("signed request", metadata: ["endpoint": "\(p.endpoint.name)",
                                                           "string": "\(p.config.redactor.redactForm(signed))"])
             }
-            let upstreamRequest = makeUpstreamRequest(request, p)
+            var upstreamRequest = makeUpstreamRequest(request, p)
+            Self.askForIdentity(&upstreamRequest)
             let started = ContinuousClock.now
             let response: UpstreamResponse
             do {
@@ -305,7 +312,7 @@ public final class ProxyPipeline: Sendable {
             stats.recordUpstream(duration: elapsed)
             markUpstream(p.upstream.name, down: false)
 
-            var headers = UpstreamClient.endToEnd(response.headers, dropping: ["content-length", "date", "server"])
+            var headers = UpstreamClient.endToEnd(response.headers, dropping: ["content-length", "server"])
             if replays > 0 { headers.replaceOrAdd(name: "X-Concierge-Replays", value: String(replays)) }
             var reply = ProxyReply(status: response.status, headers: headers, body: .buffer(response.body))
             decorate(&reply, p, replays: replays, upstreamTime: upstreamTotal)
@@ -314,7 +321,7 @@ public final class ProxyPipeline: Sendable {
                 // Non-JSON but cacheable: HTTP 2xx is the success.
                 let ok = (200..<300).contains(response.status)
                 reply.succeeded = ok
-                let storable = ok && !Self.noStore(response.headers)
+                let storable = ok && !Self.noStore(response.headers) && Self.servesEveryClient(response.headers)
                 return ExchangeOutcome(result: ExchangeResult(reply: reply),
                                        storable: storable ? Storable(status: response.status, headers: Self.storedHeaders(headers), body: response.body) : nil)
             }
@@ -405,7 +412,7 @@ public final class ProxyPipeline: Sendable {
         do {
             let response = try await client.stream(upstreamRequest)
             markUpstream(p.upstream.name, down: false)
-            var headers = UpstreamClient.endToEnd(response.headers, dropping: ["date", "server"])
+            var headers = UpstreamClient.endToEnd(response.headers, dropping: ["server"])
             if headers["content-length"].isEmpty, response.status == .noContent || response.status == .notModified {
                 headers.remove(name: "content-length")
             }
@@ -465,10 +472,34 @@ public final class ProxyPipeline: Sendable {
         headers["cache-control"].contains { $0.lowercased().contains("no-store") || $0.lowercased().contains("private") }
     }
 
-    /// Headers kept with a stored entry.
+    /// Headers kept with a stored entry. The upstream's `Date` and `Age` stay: a cached
+    /// reply carries that `Date` and an `Age` that adds the upstream's (see ``cachedReply``).
     static func storedHeaders(_ headers: HTTPHeaders) -> [(name: String, value: String)] {
-        let skip: Set<String> = ["set-cookie", "age", "x-cache", "cache-status", "x-concierge-replays", "content-length", "date"]
+        let skip: Set<String> = ["set-cookie", "x-cache", "cache-status", "x-concierge-replays", "content-length"]
         return headers.filter { !skip.contains($0.name.lowercased()) }.map { ($0.name, $0.value) }
+    }
+
+    /// Buffered endpoints read (and may store) the body, so they ask for it unencoded: the
+    /// client's own `Accept-Encoding` must not make a stored body unusable for another
+    /// client, nor an envelope unreadable. Streamed pass-through keeps the client's.
+    static func askForIdentity(_ request: inout UpstreamRequest) {
+        request.headers.replaceOrAdd(name: "Accept-Encoding", value: "identity")
+    }
+
+    /// Whether a reply may be stored and served to any client: not encoded (despite
+    /// ``askForIdentity(_:)``), and varying on nothing but `Accept-Encoding` (the stored body
+    /// is identity, which every client takes). The cache key has no room for other
+    /// variants, so those replies are not stored.
+    static func servesEveryClient(_ headers: HTTPHeaders) -> Bool {
+        if headers["content-encoding"].contains(where: { !$0.trimmingCharacters(in: .whitespaces).lowercased().elementsEqual("identity") }) {
+            return false
+        }
+        for value in headers["vary"] {
+            for field in value.split(separator: ",") where field.trimmingCharacters(in: .whitespaces).lowercased() != "accept-encoding" {
+                return false
+            }
+        }
+        return true
     }
 
     func invalidReply(_ config: ConciergeConfig, problem: String) -> ProxyReply {

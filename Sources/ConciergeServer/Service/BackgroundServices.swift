@@ -38,6 +38,23 @@ struct SweeperService: Service {
     }
 }
 
+/// While storage is degraded, every 5 s: saves the session if its last save failed and
+/// tries a small write, so storage is marked healthy once the disk takes writes again.
+struct StorageRecoveryService: Service {
+    let daemon: ConciergeDaemon
+
+    func run() async throws {
+        try? await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                try await Task.sleep(for: .seconds(5))
+                guard daemon.storageDegraded else { continue }
+                if await daemon.cache.probe() { await daemon.session.persistPending() }
+                daemon.refreshCacheGauges()
+            }
+        }
+    }
+}
+
 /// `READY=1` once storage is open and both listeners are bound, `WATCHDOG=1` at half of
 /// `WATCHDOG_USEC`, `STOPPING=1` on shutdown.
 struct NotifierService: Service {

@@ -49,6 +49,8 @@ public final class ConciergeDaemon: Sendable {
             }
         }
         logger = makeLogger("concierge")
+        // Token-file problems are config errors (78), found before storage is touched.
+        adminToken = try Self.adminToken(config)
         group = MultiThreadedEventLoopGroup.singleton
         notifier = SystemdNotifier(environment: environment)
         runtime = Runtime(config: config)
@@ -70,6 +72,8 @@ public final class ConciergeDaemon: Sendable {
     }
 
     let requestLogger: Logger
+    /// Read once at start (a reload does not change the admin token).
+    let adminToken: String?
 
     static func level(_ level: ConciergeConfig.Log.Level) -> Logger.Level {
         switch level {
@@ -107,6 +111,7 @@ public final class ConciergeDaemon: Sendable {
         }
         add(CacheWriterService(cache: cache, logger: logger))
         add(SweeperService(daemon: self))
+        add(StorageRecoveryService(daemon: self))
         add(NotifierService(daemon: self, readiness: readiness))
         if handleSignals { add(ReloadSignalService(daemon: self)) }
         if let admin = try makeAdminService() {
@@ -135,22 +140,27 @@ public final class ConciergeDaemon: Sendable {
     }
 
     /// The admin token from `admin.token`, `admin.token_file` or `CONCIERGE_ADMIN_TOKEN`.
-    public static func adminToken(_ config: ConciergeConfig) throws -> String? {
+    /// - Throws: ``ConfigError`` naming `admin.token_file` when that file is missing,
+    ///   unreadable, empty or readable by group or others.
+    public static func adminToken(_ config: ConciergeConfig) throws(ConfigError) -> String? {
         if let token = config.admin.token { return token }
         if let file = config.admin.tokenFile {
-            let text: String
-            do { text = try String(contentsOfFile: file, encoding: .utf8) } catch {
-                throw StorageError(path: file, reason: "cannot read admin.token_file: \(error.localizedDescription)")
+            switch AdminTokenFile.read(file) {
+            case .success(let token): return token
+            case .failure(let problem): throw problem.configError
             }
-            let token = text.trimmingCharacters(in: .whitespacesAndNewlines)
-            return token.isEmpty ? nil : token
         }
         return nil
     }
 
+    /// Loopback addresses the admin listener may bind without a warning.
+    static func isLoopback(_ host: String) -> Bool {
+        host == "localhost" || host == "::1" || host == "[::1]" || host.hasPrefix("127.")
+    }
+
     private func makeAdminService() throws -> (any Service)? {
         let config = runtime.current.config
-        guard let token = try Self.adminToken(config) else {
+        guard let token = adminToken else {
             logger.error("admin listener not started: no admin token (set admin.token, admin.token_file or CONCIERGE_ADMIN_TOKEN)")
             return nil
         }
@@ -161,6 +171,10 @@ public final class ConciergeDaemon: Sendable {
         case .tcp(let host, let port):
             address = .hostname(host, port: port)
             socketPath = nil
+            if !Self.isLoopback(host) {
+                logger.warning("admin listener bound to a non-loopback address: anyone who can reach it can try the token; prefer 127.0.0.1 or a unix socket",
+                               metadata: ["address": "\(host):\(port)"])
+            }
         case .unix(let path):
             socketPath = path
             unlink(path)
@@ -221,7 +235,11 @@ public final class ConciergeDaemon: Sendable {
 
     func refreshCacheGauges() {
         stats.setCacheSize(entries: cache.entryCount, bytes: cache.byteCount)
+        stats.setStorageHealth(degraded: storageDegraded, failedWrites: database.health.failureCount)
     }
+
+    /// Writes to SQLite are failing, or the live session is not saved yet.
+    var storageDegraded: Bool { database.health.isDegraded || session.hasUnsavedChange }
 
     func sessionDescription() -> JSONValue {
         guard let s = session.current else { return ["logged_in": false] }

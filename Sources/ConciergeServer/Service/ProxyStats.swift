@@ -45,6 +45,9 @@ public final class ProxyStats: Sendable {
     private let requestsByStatus = Mutex<[RequestKey: Prometheus.Counter]>([:])
     private let entriesGauge: Gauge
     private let bytesGauge: Gauge
+    private let storageDegradedGauge: Gauge
+    private let storageFailures: Prometheus.Counter
+    private let reportedStorageFailures = Mutex(0)
 
     public init() {
         values = Mutex(Array(repeating: 0, count: Counter.allCases.count))
@@ -60,6 +63,9 @@ public final class ProxyStats: Sendable {
                                                         help: "Time from request to reply, in seconds.")
         entriesGauge = registry.makeGauge(name: "concierge_cache_entries", help: "Entries in the cache.")
         bytesGauge = registry.makeGauge(name: "concierge_cache_bytes", help: "Bytes of cached replies.")
+        storageDegradedGauge = registry.makeGauge(name: "concierge_storage_degraded",
+                                                  help: "1 while SQLite writes fail (disk full, I/O error), else 0.")
+        storageFailures = registry.makeCounter(name: "concierge_storage_write_failures_total", help: "SQLite writes that failed.")
     }
 
     public func increment(_ counter: Counter, by amount: Int = 1) {
@@ -94,6 +100,16 @@ public final class ProxyStats: Sendable {
     public func setCacheSize(entries: Int, bytes: Int) {
         entriesGauge.record(Int64(entries))
         bytesGauge.record(Int64(bytes))
+    }
+
+    /// `concierge_storage_degraded` (0 or 1) and `concierge_storage_write_failures_total`.
+    public func setStorageHealth(degraded: Bool, failedWrites: Int) {
+        storageDegradedGauge.record(degraded ? 1 : 0)
+        let delta = reportedStorageFailures.withLock { reported -> Int in
+            defer { reported = max(reported, failedWrites) }
+            return max(0, failedWrites - reported)
+        }
+        if delta > 0 { storageFailures.increment(by: Int64(delta)) }
     }
 
     /// The `/stats` JSON object.

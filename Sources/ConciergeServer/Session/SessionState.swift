@@ -5,7 +5,12 @@ import Logging
 import Synchronization
 
 /// The live session: the tokens in memory (read without suspension on every request),
-/// persisted through ``SessionStore`` before a change is visible.
+/// persisted through ``SessionStore``.
+///
+/// - Important: a change takes effect in memory at once, as the client was told (login,
+///   logout, `DELETE /session`), even when persisting it fails (disk full). A failed save
+///   marks storage degraded (``StorageHealth``) and is retried on the next change or by
+///   ``persistPending()``; the methods do not throw for it.
 ///
 /// Every change bumps a generation number, so a refresh that started before a logout
 /// cannot bring the old session back (see ``replace(ifGeneration:with:)``).
@@ -13,28 +18,34 @@ public final class SessionState: Sendable {
     private struct State {
         var tokens: SessionTokens?
         var generation = 0
+        /// The last save failed: the in-memory session differs from the stored one.
+        var unsaved = false
     }
 
     private let state: Mutex<State>
     private let store: SessionStore
+    private let health: StorageHealth
     private let writeLock = AsyncSerialLock()
     let logger: Logger
 
     public init(store: SessionStore, logger: Logger) throws {
         self.store = store
         self.logger = logger
+        self.health = store.database.health
         state = Mutex(State(tokens: try store.load()))
     }
 
     public var current: SessionTokens? { state.withLock { $0.tokens } }
     public var generation: Int { state.withLock { $0.generation } }
     public var snapshot: (tokens: SessionTokens?, generation: Int) { state.withLock { ($0.tokens, $0.generation) } }
+    /// True after a failed save, until a later save succeeds.
+    public var hasUnsavedChange: Bool { state.withLock { $0.unsaved } }
 
     /// Sets a new session (login, admin `PUT /session`).
     public func set(_ tokens: SessionTokens) async throws {
-        try await writeLock.run {
-            try await store.save(tokens)
+        await writeLock.run {
             state.withLock { $0.tokens = tokens; $0.generation += 1 }
+            await save()
         }
     }
 
@@ -48,22 +59,45 @@ public final class SessionState: Sendable {
     /// token does not drop a newer login); `nil` drops whatever session there is.
     @discardableResult
     public func clear(ifAccessToken accessToken: String?) async throws -> SessionTokens? {
-        try await writeLock.run {
+        await writeLock.run {
             guard let old = current, accessToken == nil || old.accessToken == accessToken else { return nil }
-            try await store.save(nil)
             state.withLock { $0.tokens = nil; $0.generation += 1 }
+            await save()
             return old
         }
     }
 
     /// Stores refreshed tokens unless the session changed since `generation`.
-    /// - Returns: whether the tokens were stored.
+    /// - Returns: whether the tokens were taken.
     public func replace(ifGeneration generation: Int, with tokens: SessionTokens) async throws -> Bool {
-        try await writeLock.run {
+        await writeLock.run {
             guard self.generation == generation, current != nil else { return false }
-            try await store.save(tokens)
             state.withLock { $0.tokens = tokens; $0.generation += 1 }
+            await save()
             return true
+        }
+    }
+
+    /// Writes the in-memory session if an earlier save failed.
+    /// - Returns: whether memory and SQLite agree afterwards.
+    @discardableResult
+    public func persistPending() async -> Bool {
+        await writeLock.run {
+            if hasUnsavedChange { await save() }
+            return !hasUnsavedChange
+        }
+    }
+
+    /// Saves what memory holds now; call under `writeLock`.
+    private func save() async {
+        let tokens = current
+        do {
+            try await store.save(tokens)
+            state.withLock { $0.unsaved = false }
+            health.recordSuccess()
+        } catch {
+            state.withLock { $0.unsaved = true }
+            health.recordFailure("session", error)
         }
     }
 }
@@ -81,6 +115,12 @@ final class AsyncSerialLock: Sendable {
         await acquire()
         defer { release() }
         return try await body()
+    }
+
+    func run<T: Sendable>(_ body: () async -> T) async -> T {
+        await acquire()
+        defer { release() }
+        return await body()
     }
 
     private func acquire() async {

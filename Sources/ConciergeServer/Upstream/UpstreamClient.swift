@@ -60,6 +60,9 @@ public final class UpstreamClient: Sendable {
         configuration.redirectConfiguration = .disallow
         configuration.timeout = .init(connect: .seconds(5), read: nil)
         configuration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 64)
+        // A refused connection fails the request at once (502 or the stale entry) instead of
+        // retrying with backoff until the connect timeout (SPEC §10).
+        configuration.connectionPool.retryConnectionEstablishment = false
         configuration.decompression = .disabled
         configuration.httpVersion = .http1Only
         http = HTTPClient(eventLoopGroupProvider: .shared(eventLoopGroup), configuration: configuration)
@@ -70,28 +73,47 @@ public final class UpstreamClient: Sendable {
     }
 
     /// Sends a request and buffers the reply up to `maxBody` bytes.
+    ///
+    /// `request.timeout` is a deadline over the whole exchange: connect, head and body (an
+    /// upstream that dribbles its body is cut there, its connection closed).
     public func send(_ request: UpstreamRequest, maxBody: Int) async throws(UpstreamFailure) -> UpstreamResponse {
         let deadline = NIODeadline.now() + .nanoseconds(request.timeout.nanoseconds)
+        let end = ContinuousClock.now + request.timeout
         do {
             let response = try await http.execute(makeRequest(request), deadline: deadline)
-            let body = try await response.body.collect(upTo: maxBody)
+            // AsyncHTTPClient's deadline ends with the head; the body gets the time left.
+            let body = try await withThrowingTaskGroup(of: ByteBuffer?.self) { group in
+                group.addTask { try await response.body.collect(upTo: maxBody) }
+                group.addTask {
+                    try await Task.sleep(until: end, clock: .continuous)
+                    return nil
+                }
+                defer { group.cancelAll() }
+                guard let first = try await group.next(), let body = first else { throw UpstreamFailure.timeout }
+                return body
+            }
             return UpstreamResponse(status: Int(response.status.code), headers: response.headers, body: body)
         } catch {
             throw Self.failure(error)
         }
     }
 
-    /// Sends a request and hands back the reply with its body still streaming.
+    /// Sends a request and hands back the reply with its body still streaming; the body
+    /// ends with ``UpstreamFailure/timeout`` at `request.timeout` after the start.
     public func stream(_ request: UpstreamRequest) async throws(UpstreamFailure) -> HTTPClientResponse {
         let deadline = NIODeadline.now() + .nanoseconds(request.timeout.nanoseconds)
+        let end = ContinuousClock.now + request.timeout
         do {
-            return try await http.execute(makeRequest(request), deadline: deadline)
+            var response = try await http.execute(makeRequest(request), deadline: deadline)
+            response.body = .stream(DeadlineBody(body: response.body, deadline: end))
+            return response
         } catch {
             throw Self.failure(error)
         }
     }
 
     static func failure(_ error: any Error) -> UpstreamFailure {
+        if let e = error as? UpstreamFailure { return e }
         if let e = error as? HTTPClientError {
             if e == .deadlineExceeded || e == .readTimeout || e == .writeTimeout { return .timeout }
             if e == .connectTimeout { return .unreachable("connect timeout") }
