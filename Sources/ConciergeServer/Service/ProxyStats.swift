@@ -104,7 +104,7 @@ public final class ProxyStats: Sendable {
 
     /// `concierge_storage_degraded` (0 or 1) and `concierge_storage_write_failures_total`.
     public func setStorageHealth(degraded: Bool, failedWrites: Int) {
-        storageDegradedGauge.record(degraded ? 1 : 0)
+        storageDegradedGauge.record(Int64(degraded ? 1 : 0))
         let delta = reportedStorageFailures.withLock { reported -> Int in
             defer { reported = max(reported, failedWrites) }
             return max(0, failedWrites - reported)
