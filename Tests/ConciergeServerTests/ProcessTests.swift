@@ -218,8 +218,10 @@ final class DaemonProcess: Sendable {
         let captured = Output()
         self.captured = captured
         pipe.fileHandleForReading.readabilityHandler = { handle in
-            let data = handle.availableData
-            if !data.isEmpty { captured.text.withLock { $0 += String(decoding: data, as: UTF8.self) } }
+            // read(2), not availableData: that traps on EAGAIN, seen under the fault tests' load.
+            var buffer = [UInt8](repeating: 0, count: 65536)
+            let n = read(handle.fileDescriptor, &buffer, buffer.count)
+            if n > 0 { captured.text.withLock { $0 += String(decoding: buffer[0..<n], as: UTF8.self) } }
         }
         try process.run()
     }

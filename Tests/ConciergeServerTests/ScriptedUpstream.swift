@@ -40,7 +40,7 @@ final class ScriptedUpstream: Sendable {
 
     let port: Int
     private let listener: Int32
-    private let state = Mutex<(stopped: Bool, heads: [String], open: Set<Int32>)>((false, [], []))
+    private let state = Mutex<(stopped: Bool, listenerClosed: Bool, heads: [String], open: Set<Int32>)>((false, false, [], []))
     private let script: @Sendable (String, Connection) -> Void
 
     var stopped: Bool { state.withLock { $0.stopped } }
@@ -49,7 +49,7 @@ final class ScriptedUpstream: Sendable {
 
     init(_ script: @escaping @Sendable (_ head: String, _ connection: Connection) -> Void) throws {
         self.script = script
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         var one: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
         var address = sockaddr_in()
@@ -74,12 +74,19 @@ final class ScriptedUpstream: Sendable {
         thread.start()
     }
 
+    /// Owns the listening descriptor: closes it when stopped, so no other thread ever uses
+    /// its number after the close (NIO may reuse it at once).
     private func acceptLoop() {
+        defer {
+            close(listener)
+            state.withLock { $0.listenerClosed = true }
+        }
         while !stopped {
             var pfd = pollfd(fd: listener, events: Int16(POLLIN), revents: 0)
             guard poll(&pfd, 1, 50) > 0 else { continue }
             let fd = accept(listener, nil, nil)
             if fd < 0 { continue }
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
             state.withLock { _ = $0.open.insert(fd) }
             let thread = Thread { [self] in serve(fd) }
             thread.start()
@@ -109,11 +116,11 @@ final class ScriptedUpstream: Sendable {
 
     /// Stops accepting and makes every script's `pause` return false; connections close as
     /// their scripts return.
+    /// Idempotent; returns once the port is closed (bounded: 5 s).
     func stop() {
         state.withLock { $0.stopped = true }
-        close(listener)
         let deadline = ContinuousClock.now + .seconds(5)
-        while ContinuousClock.now < deadline, !state.withLock({ $0.open.isEmpty }) { usleep(10_000) }
+        while ContinuousClock.now < deadline, !state.withLock({ $0.listenerClosed && $0.open.isEmpty }) { usleep(10_000) }
     }
 
     /// A port nothing listens on (bound, then closed).

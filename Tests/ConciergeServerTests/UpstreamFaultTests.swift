@@ -66,7 +66,8 @@ struct UpstreamFaultTests {
                 #expect(reply.json == ["code": -1, "msg": "service temporarily unavailable"])
             }
             print("refused upstream: worst of 5 answered 502 in \(worst), last \(lastElapsed)")
-            #expect(worst < .seconds(1), "refused connection took \(worst)")
+            // Generous for a loaded machine; the old connect-retry loop took the 5 s connect timeout.
+            #expect(worst < .seconds(2), "refused connection took \(worst)")
 
             #expect(try await rig.get("/api/refused-stale").status == 200)
             upstream.stop()
@@ -76,7 +77,7 @@ struct UpstreamFaultTests {
             let elapsed = ContinuousClock.now - started
             print("refused upstream with a stale entry: served STALE in \(elapsed)")
             #expect(stale.header("X-Cache") == "STALE")
-            #expect(elapsed < .seconds(1))
+            #expect(elapsed < .seconds(2))
         }
     }
 
@@ -126,14 +127,14 @@ struct UpstreamFaultTests {
                 let reply = try await rig.get(path)
                 let elapsed = ContinuousClock.now - started
                 #expect(reply.status == 504, "\(path)")
-                #expect(elapsed < .seconds(4), "\(path) took \(elapsed); the whole body would take 10 s")
+                #expect(elapsed < .seconds(6), "\(path) took \(elapsed); the whole body would take 10 s")
             }
             // Streamed: the head went out already, so the cut shows as a connection closed early.
             let started = ContinuousClock.now
             let streamed = try? await rig.get("/api/dribble-streamed")
             let elapsed = ContinuousClock.now - started
             #expect(streamed == nil || streamed!.body.readableBytes < Self.jsonOK.count)
-            #expect(elapsed < .seconds(4), "streamed dribble took \(elapsed)")
+            #expect(elapsed < .seconds(6), "streamed dribble took \(elapsed); the whole body would take 10 s")
         }
     }
 
