@@ -110,7 +110,8 @@ let package = Package(
             dependencies: ["ConciergeCore", .product(name: "NIOHTTP1", package: "swift-nio")],
             path: "Fuzz/ConciergeFuzzing"
         ),
-        .executableTarget(name: "concierge-fuzz", dependencies: ["ConciergeFuzzing"], path: "Fuzz/concierge-fuzz"),
+        .target(name: "CFuzzDriver", path: "Fuzz/CFuzzDriver"),
+        .executableTarget(name: "concierge-fuzz", dependencies: ["ConciergeFuzzing", "CFuzzDriver"], path: "Fuzz/concierge-fuzz"),
         .testTarget(name: "ConciergeCoreTests", dependencies: ["ConciergeCore", "ConciergeFuzzing"]),
         .testTarget(name: "ConciergeStorageTests", dependencies: ["ConciergeStorage"]),
         .testTarget(

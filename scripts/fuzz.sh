@@ -16,7 +16,8 @@ targets=("$@")
 work=${FUZZ_WORK:-$(mktemp -d)}
 scratch=${FUZZ_BUILD:-.build-fuzz}
 
-flags=(-c release --scratch-path "$scratch" -Xswiftc -sanitize=fuzzer -Xswiftc -DFUZZING -Xswiftc -parse-as-library)
+# lld: gold trips over the main alias SwiftPM adds next to libFuzzer.
+flags=(-c release --scratch-path "$scratch" -Xswiftc -sanitize=fuzzer -Xswiftc -DFUZZING -Xswiftc -parse-as-library -Xswiftc -use-ld=lld)
 swift build "${flags[@]}" --product concierge-fuzz
 bin=$(swift build "${flags[@]}" --show-bin-path)
 
@@ -26,7 +27,8 @@ for t in "${targets[@]}"; do
   cp -n Fuzz/corpus/"$t"/* "$work/$t/" 2>/dev/null || true
   log="$work/$t.log"
   echo "== $t: ${seconds}s"
-  if ! (cd "$work" && CONCIERGE_FUZZ_TARGET=$t "$bin/concierge-fuzz" "$work/$t" -max_total_time="$seconds" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 \
+  # SWIFT_BACKTRACE off: libFuzzer, not Swift's backtracer, must see a trap to save the input.
+  if ! (cd "$work" && SWIFT_BACKTRACE=enable=no CONCIERGE_FUZZ_TARGET=$t "$bin/concierge-fuzz" "$work/$t" -max_total_time="$seconds" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 \
         -artifact_prefix="$work/crash-$t-" >"$log" 2>&1); then
     echo "$t FAILED:"; tail -40 "$log"; status=1; continue
   fi

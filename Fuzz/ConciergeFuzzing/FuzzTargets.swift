@@ -65,13 +65,17 @@ public enum FuzzTargets {
     }
 
     /// The request canonicalisation behind the cache key. Input: a target line, a
-    /// content-type line, then the body. The key is deterministic, has no raw space, CR or
-    /// LF inside its params, and does not depend on the order of the query params.
+    /// content-type line, then the body (form or JSON, any bytes). The key is deterministic,
+    /// has no raw space, CR or LF in its URL-and-params part, and does not depend on the
+    /// order of the query params.
     public static func cacheKey(_ data: [UInt8]) {
         let lines = data.split(separator: UInt8(ascii: "\n"), maxSplits: 2, omittingEmptySubsequences: false)
         let target = "/" + String(decoding: lines.first ?? [], as: UTF8.self)
         let contentType = lines.count > 1 ? String(decoding: lines[1], as: UTF8.self) : nil
         let body = lines.count > 2 ? Array(lines[2]) : []
+        // What a listener can deliver: NIO's parser and the batch parser accept visible
+        // ASCII targets only.
+        guard HTTPFieldSyntax.isOriginFormTarget(target) else { return }
         func key(_ target: String) -> String {
             var request = ProxyRequest(method: "POST", target: target, body: RequestBody.parse(body, contentType: contentType))
             request.headers.add("Content-Type", contentType ?? "")

@@ -1,3 +1,6 @@
+#if FUZZING
+import CFuzzDriver
+#endif
 import ConciergeFuzzing
 import Foundation
 
@@ -11,11 +14,16 @@ let selectedTarget: @Sendable ([UInt8]) -> Void = {
     return target
 }()
 
-/// libFuzzer's entry point (built by `scripts/fuzz.sh` with `-sanitize=fuzzer -DFUZZING`).
-@_cdecl("LLVMFuzzerTestOneInput")
-public func fuzzOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
-    selectedTarget(Array(UnsafeBufferPointer(start: data, count: size)))
-    return 0
+/// The executable's entry point under libFuzzer (built by `scripts/fuzz.sh` with
+/// `-sanitize=fuzzer -DFUZZING`): SwiftPM aliases `main` to `concierge_fuzz_main`.
+@_cdecl("concierge_fuzz_main")
+public func fuzzMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> CInt {
+    var count = argc
+    var arguments = argv
+    return LLVMFuzzerRunDriver(&count, &arguments) { data, size in
+        selectedTarget(data.map { Array(UnsafeBufferPointer(start: $0, count: size)) } ?? [])
+        return 0
+    }
 }
 #else
 /// Without libFuzzer: `concierge-fuzz TARGET FILE_OR_DIR…` replays inputs through a target.

@@ -118,6 +118,19 @@ struct SubRequestListTests {
         #expect(throws: SubRequestError.self) { try ChainTemplate.resolve(list.requests[1], [:]) }
     }
 
+    @Test("a path with a space or control character is refused, literal or templated (found by fuzzing)")
+    func pathsAreOriginForm() throws {
+        #expect(throws: SubRequestError.self) {
+            try SubRequestList.parse(Array(#"{"requests":[{"id":"a","path":"/x\r\nHost: evil"}]}"#.utf8), listKey: "requests")
+        }
+        #expect(throws: SubRequestError.self) {
+            try SubRequestList.parse(Array(#"{"requests":[{"id":"a","path":"/x y"}]}"#.utf8), listKey: "requests")
+        }
+        let list = try SubRequestList.parse(Array(#"{"steps":[{"id":"a","path":"/x"},{"id":"b","path":"/y?q={{a.v}}"}]}"#.utf8), listKey: "steps")
+        // Templated text is percent-encoded in paths, so it stays a valid target.
+        #expect(try ChainTemplate.resolve(list.requests[1], ["a": ["v": "1 \r\n2"]]).path == "/y?q=1%20%0D%0A2")
+    }
+
     @Test("a template resolving to CR LF in a header is refused")
     func templatedControlCharacters() throws {
         let list = try SubRequestList.parse(Array(#"{"steps":[{"id":"a","path":"/x"},{"id":"b","path":"/y","headers":{"X":"{{a.v}}"}}]}"#.utf8), listKey: "steps")

@@ -81,6 +81,9 @@ public struct SubRequestList: Sendable {
         guard let path = fields["path"], case .string(let p) = path, p.hasPrefix("/") else {
             throw SubRequestError("\(at).path must be a string starting with /")
         }
+        guard HTTPFieldSyntax.isOriginFormTarget(p) else {
+            throw SubRequestError("\(at).path: spaces and control characters must be percent-encoded")
+        }
         if p.hasPrefix(ownPrefix) { throw SubRequestError("\(at).path: \(ownPrefix) routes cannot be nested") }
         var headers: [String: JSONValue] = [:]
         if let h = fields["headers"] {
@@ -142,6 +145,9 @@ public enum ChainTemplate {
     public static func resolve(_ step: SubRequest, _ bodies: [String: JSONValue]) throws(SubRequestError) -> (path: String, headers: [(String, String)], body: JSONValue?) {
         do throws(SubRequestError) {
             let path = try resolve(step.path, bodies, encodeForPath: true).parameterText
+            guard HTTPFieldSyntax.isOriginFormTarget(path) else {
+                throw SubRequestError("path: spaces and control characters must be percent-encoded")
+            }
             var headers: [(String, String)] = []
             for (name, value) in step.headers.sorted(by: { $0.key < $1.key }) {
                 let text = try resolve(value, bodies, encodeForPath: false).parameterText

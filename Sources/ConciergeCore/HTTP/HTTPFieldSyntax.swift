@@ -35,6 +35,12 @@ public enum HTTPFieldSyntax {
         return bytes.allSatisfy { $0 == 0x20 || $0 == 0x09 || ($0 >= 0x21 && $0 != 0x7F) }
     }
 
+    /// An origin-form request target as the listener's parser would accept it: starts with
+    /// `/`, visible ASCII only (no space, no control byte; anything else percent-encoded).
+    public static func isOriginFormTarget(_ text: String) -> Bool {
+        text.hasPrefix("/") && text.utf8.allSatisfy { $0 > 0x20 && $0 < 0x7F }
+    }
+
     /// Why a header field cannot be sent, or `nil` when it can.
     public static func problem(name: String, value: String) -> String? {
         if !isToken(name) { return "invalid header name '\(printable(name))' (must be an RFC 9110 token)" }
