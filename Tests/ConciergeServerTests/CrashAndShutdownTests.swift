@@ -78,7 +78,7 @@ struct CrashAndShutdownTests {
                     }
                 }
             }
-            let enough = await eventually(.seconds(30)) { stored.tags.withLock { $0.count } >= 200 }
+            let enough = await eventually(.seconds(60)) { stored.tags.withLock { $0.count } >= 200 }
             #expect(enough)
             daemon.signal(SIGKILL)
             _ = try? await daemon.wait(limit: .seconds(10))

@@ -341,8 +341,9 @@ struct CacheStoreTests {
         #expect(summary.endpoint == "itemList")
         #expect(summary.userID == nil)
         #expect(summary.size == makeEntry(key: keys[0], ttl: 120).size)
-        #expect(summary.age >= 0 && summary.age <= 5)
-        #expect(summary.ttl > 110 && summary.ttl <= 120)
+        // Bounds wide enough for a loaded machine: the point is age counts up and ttl down.
+        #expect(summary.age >= 0 && summary.age <= 60)
+        #expect(summary.ttl > 60 && summary.ttl <= 120)
         try await fixture.finish()
     }
 
