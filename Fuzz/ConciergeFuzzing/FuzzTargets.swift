@@ -11,7 +11,7 @@ import NIOHTTP1
 /// (`concierge-fuzz config FILE…`), and in the unit tests, which replay the seed corpora
 /// in `Fuzz/corpus/` (one folder per target name).
 public enum FuzzTargets {
-    public static let names = ["config", "subrequests", "cachekey"]
+    public static let names = ["config", "subrequests", "cachekey", "jsonscan"]
 
     /// The target of that name (also the corpus folder's name).
     public static func named(_ name: String) -> (@Sendable ([UInt8]) -> Void)? {
@@ -19,6 +19,7 @@ public enum FuzzTargets {
         case "config": return config
         case "subrequests": return subRequests
         case "cachekey": return cacheKey
+        case "jsonscan": return jsonScan
         default: return nil
         }
     }
@@ -91,6 +92,24 @@ public enum FuzzTargets {
             let pieces = target[target.index(after: q)...].split(separator: "&", omittingEmptySubsequences: false)
             let reversed = String(target[...q]) + pieces.reversed().joined(separator: "&")
             guard key(reversed) == first else { preconditionFailure("cache key depends on the order of query params") }
+        }
+    }
+
+    /// The code-only envelope read against the full parser: whenever the scan says the text
+    /// is JSON, the parser agrees, and both find the same value at each path.
+    public static func jsonScan(_ data: [UInt8]) {
+        let full = JSONValue.parse(data)
+        for path in ["code", "errcode", "meta.code", "data.0", "0.code", "a.b.c", ""] {
+            switch JSONScan.value(at: path, in: data) {
+            case .notJSON:
+                continue
+            case .missing:
+                guard let full else { preconditionFailure("scan accepted what the parser refuses (path \(path))") }
+                guard full[path: path] == nil else { preconditionFailure("scan missed the value at \(path)") }
+            case .found(let value):
+                guard let full else { preconditionFailure("scan accepted what the parser refuses (path \(path))") }
+                guard full[path: path] == value else { preconditionFailure("scan and parser disagree at \(path)") }
+            }
         }
     }
 

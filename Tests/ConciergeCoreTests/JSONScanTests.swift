@@ -1,0 +1,41 @@
+import ConciergeCore
+import Testing
+
+@Suite("JSON scan (code-only envelope read)")
+struct JSONScanTests {
+    func scan(_ text: String, _ path: String = "code") -> JSONScan.Result {
+        JSONScan.value(at: path, in: Array(text.utf8))
+    }
+
+    @Test("finds integer, string and nested codes as the full parser reads them")
+    func finds() {
+        #expect(scan(#"{"code":200,"msg":"ok","data":{"list":[1,2]}}"#) == .found(200))
+        #expect(scan(#"{"errcode":"InvalidAuthentication"}"#, "errcode") == .found("InvalidAuthentication"))
+        #expect(scan(#"{"meta":{"code":-7}}"#, "meta.code") == .found(-7))
+        #expect(scan(#"[{"a":1},{"code":2.5}]"#, "1.code") == .found(.double(2.5)))
+        #expect(scan(#"{"c\u006fde":801}"#) == .found(801))
+        #expect(scan(#"{"code":1,"code":2}"#) == JSONScan.Result.found(JSONValue.parse(#"{"code":1,"code":2}"#)![path: "code"]!))
+    }
+
+    @Test("valid JSON without the path is missing")
+    func missing() {
+        #expect(scan(#"{"msg":"ok"}"#) == .missing)
+        #expect(scan(#"{"data":{"code":1}}"#) == .missing)
+        #expect(scan("[]", "0") == .missing)
+    }
+
+    @Test("a cut, broken or non-JSON body is never taken for a success")
+    func refuses() {
+        for text in [#"{"code":200,"data":[1,2"#, #"{"code":200,}"#, #"{"code":200} x"#, "", "<html>", #"{"code":200,"x":1e400}"#,
+                     #"{"code":200,"s":"\ud800"}"#, "{\"code\":200,\"s\":\"a\u{01}b\"}", "200", #"{"code":01}"#] {
+            #expect(scan(text) == .notJSON, "\(text)")
+        }
+        #expect(JSONScan.value(at: "code", in: [0x7B, 0x22, 0x63, 0xFF, 0x22, 0x3A, 0x31, 0x7D]) == .notJSON)
+    }
+
+    @Test("deep nesting is left to the full parser")
+    func depth() {
+        let deep = String(repeating: "[", count: 300) + String(repeating: "]", count: 300)
+        #expect(scan(deep, "0") == .notJSON)
+    }
+}
