@@ -11,8 +11,18 @@ import Synchronization
 /// cannot bring the old session back (see ``replace(ifGeneration:with:)``).
 public final class SessionState: Sendable {
     private struct State {
-        var tokens: SessionTokens?
+        var tokens: SessionTokens? {
+            didSet {
+                // Tokens just replaced stay masked in log lines for a while.
+                for old in [oldValue?.accessToken, oldValue?.refreshToken].compactMap({ $0 })
+                where old != tokens?.accessToken && old != tokens?.refreshToken {
+                    retired.append(old)
+                }
+                if retired.count > 32 { retired.removeFirst(retired.count - 32) }
+            }
+        }
         var generation = 0
+        var retired: [String] = []
     }
 
     private let state: Mutex<State>
@@ -29,6 +39,10 @@ public final class SessionState: Sendable {
     public var current: SessionTokens? { state.withLock { $0.tokens } }
     public var generation: Int { state.withLock { $0.generation } }
     public var snapshot: (tokens: SessionTokens?, generation: Int) { state.withLock { ($0.tokens, $0.generation) } }
+    /// The tokens in use and the ones most recently replaced: literal secrets for the log scrubber.
+    public var secretsForLogs: [String] {
+        state.withLock { s in [s.tokens?.accessToken, s.tokens?.refreshToken].compactMap { $0 } + s.retired }
+    }
 
     /// Sets a new session (login, admin `PUT /session`).
     public func set(_ tokens: SessionTokens) async throws {
@@ -56,11 +70,12 @@ public final class SessionState: Sendable {
         }
     }
 
-    /// Stores refreshed tokens unless the session changed since `generation`.
+    /// Stores refreshed tokens (or a fetched app token, also into an empty session) unless
+    /// the session changed since `generation`.
     /// - Returns: whether the tokens were stored.
     public func replace(ifGeneration generation: Int, with tokens: SessionTokens) async throws -> Bool {
         try await writeLock.run {
-            guard self.generation == generation, current != nil else { return false }
+            guard self.generation == generation, current != nil || tokens.kind == .app else { return false }
             try await store.save(tokens)
             state.withLock { $0.tokens = tokens; $0.generation += 1 }
             return true
