@@ -199,4 +199,13 @@ struct DialectConfigTests {
         #expect(short.needsRenewal(at: now.addingTimeInterval(6), ahead: .seconds(30)))
         #expect(!SessionTokens(accessToken: "a", refreshToken: nil, userID: nil).needsRenewal(at: now, ahead: .seconds(30)))
     }
+
+    @Test("Config/examples/{oauth2,wechat,dingtalk}.yaml load with their variables set")
+    func examplesLoad() throws {
+        for name in ["oauth2", "wechat", "dingtalk"] {
+            let path = Self.repoRoot.appendingPathComponent("Config/examples/\(name).yaml").path
+            let config = try ConfigLoader.load(path: path, environment: Self.environment)
+            #expect(config.session.kind == (name == "oauth2" ? .user : .app), "\(name)")
+        }
+    }
 }
