@@ -310,7 +310,15 @@ struct DingTalkDialectTests {
 struct RefreshLoopGuardTests {
     @Test("an upstream that always answers 801: at most max_refreshes token calls, then not_logged_in and an event")
     func userLoopGuard() async throws {
-        let extra = TestConfig.defaultSession + "\n  max_refreshes: { count: 5, within: 60s }"
+        let receiver = try await SampleAPI.start()
+        defer { Task { await receiver.shutdown() } }
+        let extra = TestConfig.defaultSession + """
+
+              max_refreshes: { count: 5, within: 60s }
+            hooks:
+              - url: http://127.0.0.1:\(receiver.port)/api/echo
+                events: [session.refresh_throttled]
+            """
         try await ConciergeTestRig.with(extra: extra) { rig in
             try await rig.login()
             _ = try await rig.get("/api/always-expired")
@@ -321,6 +329,9 @@ struct RefreshLoopGuardTests {
             #expect(try await rig.get("/api/always-expired").status == 401)
             #expect(rig.api.state.refreshCalls == 5)
             #expect(rig.logText.contains("token calls throttled"))
+            #expect(await eventually { receiver.state.calls("/api/echo") == 1 })
+            let event = JSONValue.parse(receiver.state.lastRequest("/api/echo")?.body ?? "")
+            #expect(event?[path: "type"] == "session.refresh_throttled")
         }
     }
 }
