@@ -335,3 +335,81 @@ struct RefreshLoopGuardTests {
         }
     }
 }
+
+/// The sample API's dialect quirks, checked directly (no Concierge in between).
+@Suite("Sample API dialects")
+struct SampleAPIDialectTests {
+    static func with(_ dialect: SampleDialect, ttl: Duration = .seconds(3600), _ body: (RunningSampleAPI, String) async throws -> Void) async throws {
+        let api = try await SampleAPI.start(configuration: SampleAPIConfiguration(accessTokenTTL: ttl, dialect: dialect))
+        do { try await body(api, "http://127.0.0.1:\(api.port)") } catch { await api.shutdown(); throw error }
+        await api.shutdown()
+    }
+
+    static let client = "client_id=\(SampleAPIConfiguration.defaultClientID)&client_secret=\(SampleAPIConfiguration.defaultClientSecret)"
+
+    @Test("OAuth2: the token endpoint is form-only; refresh tokens rotate; tokens really expire after expires_in")
+    func oauth2Quirks() async throws {
+        try await Self.with(.oauth2, ttl: .seconds(1)) { api, base in
+            let json = try await ConciergeTestRig.send(.POST, base + "/oauth/token", headers: [("Content-Type", "application/json")],
+                                                       body: #"{"grant_type":"password","username":"a","password":"b"}"#)
+            #expect(json.status == 400)
+            #expect(json.json?[path: "error"] == "invalid_request")
+            let form = [("Content-Type", "application/x-www-form-urlencoded")]
+            let login = try await ConciergeTestRig.send(.POST, base + "/oauth/token", headers: form,
+                                                        body: "grant_type=password&username=a&password=b&\(Self.client)")
+            #expect(login.json?[path: "expires_in"] == .int(1))
+            let access = try #require(login.json?[path: "access_token"]?.stringValue)
+            let refresh = try #require(login.json?[path: "refresh_token"]?.stringValue)
+            let bearer = [("Authorization", "Bearer \(access)")]
+            #expect(try await ConciergeTestRig.send(.GET, base + "/api/me", headers: bearer).status == 200)
+            let rotated = try await ConciergeTestRig.send(.POST, base + "/oauth/token", headers: form,
+                                                          body: "grant_type=refresh_token&refresh_token=\(refresh)&\(Self.client)")
+            #expect(rotated.status == 200)
+            #expect(rotated.json?[path: "refresh_token"]?.stringValue != refresh)
+            let reused = try await ConciergeTestRig.send(.POST, base + "/oauth/token", headers: form,
+                                                         body: "grant_type=refresh_token&refresh_token=\(refresh)&\(Self.client)")
+            #expect(reused.status == 400)
+            #expect(reused.json?[path: "error"] == "invalid_grant")
+            let expired = try await eventually(.seconds(5)) {
+                try await ConciergeTestRig.send(.GET, base + "/api/me", headers: bearer).status == 401
+            }
+            #expect(expired)
+            let denied = try await ConciergeTestRig.send(.GET, base + "/api/me", headers: bearer)
+            #expect(denied.header("WWW-Authenticate")?.contains(#"error="invalid_token""#) == true)
+            #expect(api.state.tokenCalls == 2)
+        }
+    }
+
+    @Test("WeChat: every fetch invalidates the previous token (40001); expiry is 42001; both on HTTP 200")
+    func weChatQuirks() async throws {
+        try await Self.with(.wechat) { api, base in
+            let fetch = base + "/cgi-bin/token?grant_type=client_credential&appid=\(SampleAPIConfiguration.defaultClientID)&secret=\(SampleAPIConfiguration.defaultClientSecret)"
+            let first = try #require(try await ConciergeTestRig.send(.GET, fetch).json?[path: "access_token"]?.stringValue)
+            #expect(try await ConciergeTestRig.send(.GET, base + "/cgi-bin/items?access_token=\(first)").json?[path: "errcode"] == nil)
+            let second = try #require(try await ConciergeTestRig.send(.GET, fetch).json?[path: "access_token"]?.stringValue)
+            let stale = try await ConciergeTestRig.send(.GET, base + "/cgi-bin/user/info?access_token=\(first)")
+            #expect(stale.status == 200)
+            #expect(stale.json?[path: "errcode"] == .int(40001))
+            #expect(try await ConciergeTestRig.send(.GET, base + "/cgi-bin/user/info?access_token=\(second)").json?[path: "errcode"] == .int(0))
+            api.state.expireAllAccessTokens()
+            #expect(try await ConciergeTestRig.send(.GET, base + "/cgi-bin/user/info?access_token=\(second)").json?[path: "errcode"] == .int(42001))
+            #expect(try await ConciergeTestRig.send(.GET, base + "/cgi-bin/token?grant_type=client_credential&appid=x&secret=y").json?[path: "errcode"] == .int(40013))
+        }
+    }
+
+    @Test("DingTalk: a JSON token request; a bad token is 400 InvalidAuthentication; success has no code")
+    func dingTalkQuirks() async throws {
+        try await Self.with(.dingtalk) { _, base in
+            let body = #"{"appKey":"\#(SampleAPIConfiguration.defaultClientID)","appSecret":"\#(SampleAPIConfiguration.defaultClientSecret)"}"#
+            let reply = try await ConciergeTestRig.send(.POST, base + "/v1.0/oauth2/accessToken", headers: [("Content-Type", "application/json")], body: body)
+            let token = try #require(reply.json?[path: "accessToken"]?.stringValue)
+            #expect(reply.json?[path: "expireIn"] == .int(3600))
+            let ok = try await ConciergeTestRig.send(.GET, base + "/v1.0/items", headers: [("x-acs-dingtalk-access-token", token)])
+            #expect(ok.status == 200)
+            #expect(ok.json?[path: "code"] == nil)
+            let bad = try await ConciergeTestRig.send(.GET, base + "/v1.0/items", headers: [("x-acs-dingtalk-access-token", "nope")])
+            #expect(bad.status == 400)
+            #expect(bad.json?[path: "code"] == "InvalidAuthentication")
+        }
+    }
+}
