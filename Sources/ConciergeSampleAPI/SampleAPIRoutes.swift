@@ -20,6 +20,32 @@ struct SampleAPIRoutes: Sendable {
             )
         )
 
+        switch configuration.dialect {
+        case .envelope: addEnvelopeRoutes(router)
+        case .oauth2: addOAuth2Routes(router)
+        case .wechat: addWeChatRoutes(router)
+        case .dingtalk: addDingTalkRoutes(router)
+        }
+
+        // Control
+        router.get("/_sample/stats") { _, _ in self.stats() }
+        router.post("/_sample/expire") { _, _ in
+            self.state.expireAllAccessTokens()
+            return SampleReply.json(["ok": true])
+        }
+        router.post("/_sample/revoke") { _, _ in
+            self.state.revokeAllSessions()
+            return SampleReply.json(["ok": true])
+        }
+        router.post("/_sample/reset") { _, _ in
+            self.state.reset()
+            return SampleReply.json(["ok": true])
+        }
+        return router
+    }
+
+    /// The seed envelope dialect's routes.
+    private func addEnvelopeRoutes(_ router: Router<BasicRequestContext>) {
         // Session
         router.post("/api/login") { request, _ in try await self.login(request) }
         router.post("/api/token/refresh") { request, _ in try await self.refresh(request) }
@@ -49,22 +75,6 @@ struct SampleAPIRoutes: Sendable {
         // Streaming
         router.post("/api/upload") { request, _ in try await self.upload(request) }
         router.get("/api/download/{name}") { request, _ in self.download(request) }
-
-        // Control
-        router.get("/_sample/stats") { _, _ in self.stats() }
-        router.post("/_sample/expire") { _, _ in
-            self.state.expireAllAccessTokens()
-            return SampleReply.json(["ok": true])
-        }
-        router.post("/_sample/revoke") { _, _ in
-            self.state.revokeAllSessions()
-            return SampleReply.json(["ok": true])
-        }
-        router.post("/_sample/reset") { _, _ in
-            self.state.reset()
-            return SampleReply.json(["ok": true])
-        }
-        return router
     }
 
     /// Query and body parameters of `request` (the body was already buffered by the middleware).

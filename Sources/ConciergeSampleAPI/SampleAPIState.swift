@@ -8,6 +8,7 @@ public final class SampleAPIState: Sendable {
         var totalCalls = 0
         var refreshCalls = 0
         var loginCalls = 0
+        var expirySignals = 0
         var lastRequestByPath: [String: SampleRequestRecord] = [:]
         var tokens = TokenRegistry()
     }
@@ -32,6 +33,23 @@ public final class SampleAPIState: Sendable {
     /// Number of `POST /api/token/refresh` requests, valid or not.
     public var refreshCalls: Int {
         storage.withLock { $0.refreshCalls }
+    }
+
+    /// Number of token calls of the dialects: OAuth2 refresh grants, WeChat and DingTalk app
+    /// token fetches (the envelope dialect counts its refreshes in ``refreshCalls`` too).
+    public var tokenCalls: Int {
+        storage.withLock { $0.refreshCalls }
+    }
+
+    /// Number of replies that told a client its token was expired or invalid (801, OAuth2's
+    /// 401, WeChat's 40001/42001, DingTalk's InvalidAuthentication).
+    public var expirySignals: Int {
+        storage.withLock { $0.expirySignals }
+    }
+
+    /// Every access and refresh token handed out so far.
+    public var everyTokenIssued: [String] {
+        storage.withLock { $0.tokens.everyTokenIssued }
     }
 
     /// Number of `POST /api/login` requests, successful or not.
@@ -68,6 +86,7 @@ public final class SampleAPIState: Sendable {
             storage.totalCalls = 0
             storage.refreshCalls = 0
             storage.loginCalls = 0
+            storage.expirySignals = 0
             storage.lastRequestByPath = [:]
         }
     }
@@ -85,6 +104,15 @@ public final class SampleAPIState: Sendable {
 
     func countRefresh() {
         storage.withLock { $0.refreshCalls += 1 }
+    }
+
+    func countExpirySignal() {
+        storage.withLock { $0.expirySignals += 1 }
+    }
+
+    func issueAppToken(supersede: Bool) -> String {
+        let now = clock.now
+        return storage.withLock { $0.tokens.issueAppToken(at: now, supersede: supersede) }
     }
 
     func countLogin() {

@@ -27,6 +27,7 @@ struct TokenRegistry {
 
     private var accessTokens: [String: IssuedToken] = [:]
     private var refreshTokens: [String: IssuedToken] = [:]
+    private var issuedLog: [String] = []
 
     /// Issues a fresh access/refresh pair for `userID`.
     mutating func issue(for userID: String, at now: ContinuousClock.Instant) -> TokenPair {
@@ -35,10 +36,24 @@ struct TokenRegistry {
             refreshToken: "rt-" + Self.randomHex(byteCount: 16),
             userID: userID
         )
+        issuedLog += [pair.accessToken, pair.refreshToken]
         accessTokens[pair.accessToken] = IssuedToken(userID: userID, issuedAt: now)
         refreshTokens[pair.refreshToken] = IssuedToken(userID: userID, issuedAt: now)
         return pair
     }
+
+    /// Issues an app token (no user); with `supersede`, every earlier access token stops
+    /// working at once (WeChat: a new fetch invalidates the previous token).
+    mutating func issueAppToken(at now: ContinuousClock.Instant, supersede: Bool) -> String {
+        if supersede { accessTokens.removeAll() }
+        let token = "app-" + Self.randomHex(byteCount: 16)
+        issuedLog.append(token)
+        accessTokens[token] = IssuedToken(userID: "app", issuedAt: now)
+        return token
+    }
+
+    /// Every token handed out so far (access and refresh), for tests that scan logs.
+    var everyTokenIssued: [String] { issuedLog }
 
     /// Exchanges a valid refresh token for a new pair; the old refresh token stops working.
     /// Returns `nil` for an unknown, already rotated or revoked refresh token.

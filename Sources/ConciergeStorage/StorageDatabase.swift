@@ -171,6 +171,13 @@ public final class StorageDatabase: Sendable {
                 );
                 """)
         }
+        migrator.registerMigration("v2: session kind, expiry and subject") { db in
+            try db.execute(sql: """
+                ALTER TABLE session ADD COLUMN kind TEXT NOT NULL DEFAULT 'user';
+                ALTER TABLE session ADD COLUMN expires_at REAL;
+                ALTER TABLE session ADD COLUMN subject TEXT;
+                """)
+        }
         return migrator
     }
 

@@ -86,13 +86,14 @@ public final class ConciergeTestRig: Sendable {
     }
 
     /// Stops this daemon and starts a new one on the same state directory and API.
-    public func restart(configTransform: (@Sendable (String) -> String)? = nil) async throws -> ConciergeTestRig {
+    public func restart(configTransform: (@Sendable (String) -> String)? = nil,
+                        environment: [String: String] = [:]) async throws -> ConciergeTestRig {
         await stop(keepAPI: true, removeDirectory: false)
         if let configTransform {
             let text = try String(contentsOfFile: configPath, encoding: .utf8)
             try configTransform(text).write(toFile: configPath, atomically: true, encoding: .utf8)
         }
-        let config = try ConfigLoader.load(path: configPath, environment: [:])
+        let config = try ConfigLoader.load(path: configPath, environment: environment)
         return try await Self.launch(config: config, configPath: configPath, api: api, ownsAPI: ownsAPI, directory: directory)
     }
 
@@ -176,6 +177,19 @@ public func eventually(_ limit: Duration = .seconds(5), _ condition: @Sendable (
 }
 
 extension ConciergeTestRig {
+    /// Starts a rig with `${VAR}` values from `environment`, runs `body`, and always stops the rig.
+    public static func with(endpoints: String, extra: String, apiConfiguration: SampleAPIConfiguration,
+                            environment: [String: String], _ body: (ConciergeTestRig) async throws -> Void) async throws {
+        let rig = try await start(endpoints: endpoints, extra: extra, apiConfiguration: apiConfiguration, environment: environment)
+        do {
+            try await body(rig)
+            await rig.stop()
+        } catch {
+            await rig.stop()
+            throw error
+        }
+    }
+
     /// Starts a rig, runs `body`, and always stops the rig, whether `body` throws or not.
     public static func with(endpoints: String? = nil, extra: String = "", api: RunningSampleAPI? = nil,
                             apiConfiguration: SampleAPIConfiguration = .init(),

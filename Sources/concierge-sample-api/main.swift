@@ -23,22 +23,34 @@ struct SampleAPICommand: AsyncParsableCommand {
     @Option(help: "Secret that /api/signed verifies signatures with (unset: accept all).")
     var signingSecret: String?
 
+    @Option(help: "API style: envelope (default), oauth2, wechat or dingtalk.")
+    var dialect = "envelope"
+
+    @Option(help: "OAuth2 client id, WeChat appid, DingTalk appKey.")
+    var clientID = SampleAPIConfiguration.defaultClientID
+
+    @Option(help: "OAuth2 client secret, WeChat secret, DingTalk appSecret.")
+    var clientSecret = SampleAPIConfiguration.defaultClientSecret
+
     func validate() throws {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be between 0 and 65535") }
         guard accessTokenTTL > 0 else { throw ValidationError("--access-token-ttl must be positive") }
         guard refreshDelayMs >= 0 else { throw ValidationError("--refresh-delay-ms must not be negative") }
+        guard SampleDialect(rawValue: dialect) != nil else {
+            throw ValidationError("--dialect must be one of \(SampleDialect.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
     }
 
     func run() async throws {
-        try await SampleAPI.run(
-            host: host,
-            port: port,
-            configuration: SampleAPIConfiguration(
-                accessTokenTTL: .seconds(accessTokenTTL),
-                refreshDelay: .milliseconds(refreshDelayMs),
-                signingSecret: signingSecret
-            )
+        var configuration = SampleAPIConfiguration(
+            accessTokenTTL: .seconds(accessTokenTTL),
+            refreshDelay: .milliseconds(refreshDelayMs),
+            signingSecret: signingSecret,
+            dialect: SampleDialect(rawValue: dialect) ?? .envelope
         )
+        configuration.clientID = clientID
+        configuration.clientSecret = clientSecret
+        try await SampleAPI.run(host: host, port: port, configuration: configuration)
     }
 }
 

@@ -40,6 +40,9 @@ enum EffectiveConfig {
             let ms = x.components.seconds * 1000 + x.components.attoseconds / 1_000_000_000_000_000
             return ms % 1000 == 0 ? "\(ms / 1000)s" : "\(ms)ms"
         }
+        func codes(_ numbers: Set<Int>, _ texts: Set<String>) -> String {
+            texts.isEmpty ? "\(numbers.sorted())" : "[\((numbers.sorted().map(String.init) + texts.sorted().map { "\"\($0)\"" }).joined(separator: ", "))]"
+        }
         var lines: [String] = []
         lines.append("listen: proxy \(c.listen.proxy), admin \(c.listen.admin)")
         lines.append("admin token: \(c.admin.token != nil ? "set (inline or CONCIERGE_ADMIN_TOKEN)" : c.admin.tokenFile.map { "from \($0)" } ?? "NOT SET (admin listener disabled)")")
@@ -49,8 +52,8 @@ enum EffectiveConfig {
         if !c.common.headers.isEmpty || !c.common.params.isEmpty {
             lines.append("common: headers \(c.common.headers.map { "\($0.name)=\($0.value)" }.joined(separator: ", ")); params \(c.common.params.map { "\($0.name)=\($0.value)" }.joined(separator: ", "))")
         }
-        lines.append("envelope: code at '\(c.envelope.codePath)', success \(c.envelope.successCodes.sorted()), refresh \(c.envelope.refreshCodes.sorted()), logout \(c.envelope.logoutCodes.sorted())")
-        lines.append("session: inject \(c.session.inject.map { "\($0)" }.joined(separator: ", ")); capture from \(c.session.capture?.endpoint ?? "-"); refresh \(c.session.refresh.map { "\($0.method) \($0.path), max \($0.maxReplays) replays" } ?? "-")")
+        lines.append("envelope: code at '\(c.envelope.codePath)', success \(codes(c.envelope.successCodes, c.envelope.successTextCodes)), refresh \(codes(c.envelope.refreshCodes, c.envelope.refreshTextCodes)), logout \(codes(c.envelope.logoutCodes, c.envelope.logoutTextCodes))\(c.envelope.successWhenMissing ? ", success when missing" : "")")
+        lines.append("session: inject \(c.session.inject.map { "\($0)" }.joined(separator: ", ")); capture from \(c.session.capture?.endpoint ?? "-"); refresh \(c.session.refresh.map { "\($0.method) \($0.path) (\($0.encoding.rawValue)), max \($0.maxReplays) replays" } ?? "-")\(c.session.appToken.map { "; app token \($0.method) \($0.path)" } ?? "")")
         lines.append("cache: version \(c.cache.version), volatile \(c.cache.volatileParams.sorted()), default ttl \(d(c.cache.defaultTTL))")
         lines.append("endpoints (first match wins):")
         for (i, e) in c.endpoints.enumerated() {

@@ -82,4 +82,18 @@ struct SessionStoreTests {
         let again = SessionStore(database: try StorageDatabase(path: path, logger: quietLogger))
         #expect(try again.load() == nil)
     }
+
+    @Test("kind, expiry and subject are persisted with the tokens")
+    func kindExpiryAndSubject() async throws {
+        let dir = try TempDirectory()
+        defer { dir.remove() }
+        let store = SessionStore(database: try StorageDatabase(path: dir.path("s.sqlite"), logger: quietLogger))
+        let app = SessionTokens(accessToken: "app-token-1", refreshToken: nil, userID: nil, setAt: Date(timeIntervalSince1970: 1_700_000_000),
+                                kind: .app, expiresAt: Date(timeIntervalSince1970: 1_700_007_200), subject: "session-ab12")
+        try await bounded("save") { try await store.save(app) }
+        #expect(try store.load() == app)
+        let user = SessionTokens(accessToken: "user-token-1", refreshToken: "r", userID: "7", setAt: Date(timeIntervalSince1970: 1_700_000_000))
+        try await bounded("save") { try await store.save(user) }
+        #expect(try store.load() == user)
+    }
 }

@@ -75,6 +75,13 @@ public struct ConciergeConfig: Sendable {
         public var unavailable: CannedReply
         public var invalid: CannedReply
         public var warningCodes: [Int: Set<WarningAction>]
+        /// Non-numeric string codes (`"InvalidAuthentication"`); numeric strings such as
+        /// `"0"` are kept with the integer codes, so `0` and `"0"` are one code.
+        public var successTextCodes: Set<String> = []
+        public var refreshTextCodes: Set<String> = []
+        public var logoutTextCodes: Set<String> = []
+        /// A 2xx JSON body without a code at `code_path` is a logical success (SPEC §9).
+        public var successWhenMissing = false
     }
 
     public enum WarningAction: String, Sendable, Hashable, CaseIterable {
@@ -86,6 +93,25 @@ public struct ConciergeConfig: Sendable {
         public var capture: Capture?
         public var refresh: Refresh?
         public var notLoggedIn: CannedReply
+        /// An app token Concierge fetches itself (instead of `capture`/`refresh`).
+        public var appToken: TokenEndpoint? = nil
+        /// HTTP statuses that mean "token expired" for a request that carried Concierge's token.
+        public var refreshOnStatus: Set<Int> = []
+        /// With a known expiry, refresh before sending once less than this is left.
+        public var refreshAhead: Duration = .seconds(30)
+        /// Loop guard: at most `count` token calls within `within`.
+        public var maxRefreshes: RefreshLimit = RefreshLimit(count: 5, within: .seconds(60))
+
+        /// What kind of token the session holds under this configuration.
+        public var kind: SessionTokens.Kind { appToken == nil ? .user : .app }
+        /// The token request that renews the token: `refresh` for a user, `app_token` for an app.
+        public var tokenEndpoint: TokenEndpoint? { appToken ?? refresh }
+        public var maxReplays: Int { tokenEndpoint?.maxReplays ?? 3 }
+    }
+
+    public struct RefreshLimit: Sendable, Equatable {
+        public var count: Int
+        public var within: Duration
     }
 
     public struct Capture: Sendable {
@@ -93,9 +119,19 @@ public struct ConciergeConfig: Sendable {
         public var accessToken: String
         public var refreshToken: String?
         public var userID: String?
+        /// Path of the token lifetime in seconds (`expires_in`): gives the session an expiry.
+        public var expiresIn: String? = nil
+        /// Remove the captured token fields from the client's copy of the reply.
+        public var redact = false
     }
 
-    public struct Refresh: Sendable {
+    public typealias Refresh = TokenEndpoint
+
+    /// A request Concierge sends itself to get a token (`session.refresh`,
+    /// `session.app_token`), straight to the upstream, never through the pipeline.
+    public struct TokenEndpoint: Sendable {
+        public enum Encoding: String, Sendable, CaseIterable { case json, form }
+
         public var method: String
         public var path: String
         public var upstream: String?
@@ -104,6 +140,14 @@ public struct ConciergeConfig: Sendable {
         public var refreshToken: String?
         public var maxReplays: Int
         public var timeout: Duration
+        /// How `body` is sent (default JSON).
+        public var encoding: Encoding = .json
+        /// Extra request headers; values templated like `body`.
+        public var headers: [(name: String, value: String)] = []
+        /// Query parameters; values templated like `body`.
+        public var query: [(name: String, value: String)] = []
+        /// Path of the token lifetime in seconds in the reply.
+        public var expiresIn: String? = nil
     }
 
     public struct Cache: Sendable {

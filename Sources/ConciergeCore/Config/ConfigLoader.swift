@@ -7,7 +7,7 @@ import Yams
 public enum ConfigLoader {
     /// Events that `hooks[].events` may name (SPEC §8).
     public static let eventNames: Set<String> = [
-        "session.login", "session.refreshed", "session.logout", "warning", "cache.invalidated",
+        "session.login", "session.refreshed", "session.logout", "session.refresh_throttled", "warning", "cache.invalidated",
         "upstream.down", "upstream.up", "environment.changed", "*",
     ]
 
@@ -194,15 +194,27 @@ public enum ConfigLoader {
             warningCodes: [:])
         if let node = top["envelope"], let m = r.mapping(node, "envelope", allowed: [
             "code_path", "message_path", "success_codes", "refresh_codes", "logout_codes", "unavailable", "invalid", "warning_codes",
+            "success_when_missing",
         ]) {
             if let n = m["code_path"], let s = r.nonEmptyString(n, "envelope.code_path") { envelope.codePath = s }
             if let n = m["message_path"], let s = r.nonEmptyString(n, "envelope.message_path") { envelope.messagePath = s }
-            if let n = m["success_codes"], let v = r.intList(n, "envelope.success_codes") {
-                if v.isEmpty { r.fail("envelope.success_codes", n, "must list at least one code") }
-                envelope.successCodes = Set(v)
+            if let n = m["success_codes"], let v = codeList(n, "envelope.success_codes", r) {
+                let missingIsSuccess = m["success_when_missing"].flatMap { $0.scalar?.string.lowercased() } == "true"
+                if v.numbers.isEmpty, v.texts.isEmpty, !missingIsSuccess {
+                    r.fail("envelope.success_codes", n, "must list at least one code (or set success_when_missing: true)")
+                }
+                envelope.successCodes = v.numbers
+                envelope.successTextCodes = v.texts
             }
-            if let n = m["refresh_codes"], let v = r.intList(n, "envelope.refresh_codes") { envelope.refreshCodes = Set(v) }
-            if let n = m["logout_codes"], let v = r.intList(n, "envelope.logout_codes") { envelope.logoutCodes = Set(v) }
+            if let n = m["refresh_codes"], let v = codeList(n, "envelope.refresh_codes", r) {
+                envelope.refreshCodes = v.numbers
+                envelope.refreshTextCodes = v.texts
+            }
+            if let n = m["logout_codes"], let v = codeList(n, "envelope.logout_codes", r) {
+                envelope.logoutCodes = v.numbers
+                envelope.logoutTextCodes = v.texts
+            }
+            if let n = m["success_when_missing"], let b = r.bool(n, "envelope.success_when_missing") { envelope.successWhenMissing = b }
             if let n = m["unavailable"], let c = cannedReply(n, "envelope.unavailable", r) { envelope.unavailable = c }
             if let n = m["invalid"], let c = cannedReply(n, "envelope.invalid", r) { envelope.invalid = c }
             if let n = m["warning_codes"] {
@@ -221,6 +233,8 @@ public enum ConfigLoader {
             }
             let overlap = envelope.successCodes.intersection(envelope.refreshCodes.union(envelope.logoutCodes))
             if !overlap.isEmpty { r.fail("envelope", node, "codes \(overlap.sorted()) are both success and refresh/logout codes") }
+            let textOverlap = envelope.successTextCodes.intersection(envelope.refreshTextCodes.union(envelope.logoutTextCodes))
+            if !textOverlap.isEmpty { r.fail("envelope", node, "codes \(textOverlap.sorted()) are both success and refresh/logout codes") }
         }
 
         // signing (before endpoints, which may inherit it)
@@ -233,8 +247,10 @@ public enum ConfigLoader {
         var session = ConciergeConfig.Session(inject: [], capture: nil, refresh: nil,
                                               notLoggedIn: CannedReply(status: 401, body: ["code": 800, "msg": "not logged in"]))
         var captureNode: Node? = nil
-        var refreshUpstreamNode: Node? = nil
-        if let node = top["session"], let m = r.mapping(node, "session", allowed: ["inject", "capture", "refresh", "not_logged_in"]) {
+        var tokenUpstreamNodes: [(path: String, node: Node, name: String)] = []
+        if let node = top["session"], let m = r.mapping(node, "session", allowed: [
+            "inject", "capture", "refresh", "not_logged_in", "app_token", "refresh_on_status", "refresh_ahead", "max_refreshes",
+        ]) {
             if let n = m["inject"], let items = r.sequence(n, "session.inject") {
                 for (i, item) in items.enumerated() {
                     let path = "session.inject[\(i)]"
@@ -261,45 +277,51 @@ public enum ConfigLoader {
                     if im["format"] != nil, im["header"] == nil { r.fail("\(path).format", im["format"], "format applies to header injection only") }
                 }
             }
-            if let n = m["capture"], let cm = r.mapping(n, "session.capture", allowed: ["endpoint", "access_token", "refresh_token", "user_id"]) {
+            if let n = m["capture"], let cm = r.mapping(n, "session.capture", allowed: [
+                "endpoint", "access_token", "refresh_token", "user_id", "expires_in", "redact",
+            ]) {
                 captureNode = cm["endpoint"] ?? n
                 let endpoint = cm["endpoint"].flatMap { r.nonEmptyString($0, "session.capture.endpoint") }
                 let access = cm["access_token"].flatMap { r.nonEmptyString($0, "session.capture.access_token") }
                 if cm["endpoint"] == nil { r.fail("session.capture.endpoint", n, "missing: the login endpoint's name") }
                 if cm["access_token"] == nil { r.fail("session.capture.access_token", n, "missing: path of the access token in the login reply") }
                 if let endpoint, let access {
-                    session.capture = ConciergeConfig.Capture(
+                    var capture = ConciergeConfig.Capture(
                         endpoint: endpoint, accessToken: access,
                         refreshToken: cm["refresh_token"].flatMap { r.nonEmptyString($0, "session.capture.refresh_token") },
                         userID: cm["user_id"].flatMap { r.nonEmptyString($0, "session.capture.user_id") })
+                    capture.expiresIn = cm["expires_in"].flatMap { r.nonEmptyString($0, "session.capture.expires_in") }
+                    if let v = cm["redact"], let b = r.bool(v, "session.capture.redact") { capture.redact = b }
+                    session.capture = capture
                 }
             }
-            if let n = m["refresh"], let rm = r.mapping(n, "session.refresh", allowed: [
-                "method", "path", "upstream", "body", "access_token", "refresh_token", "max_replays", "timeout",
-            ]) {
-                var refresh = ConciergeConfig.Refresh(method: "POST", path: "", upstream: nil, body: nil, accessToken: "",
-                                                      refreshToken: nil, maxReplays: 3, timeout: .seconds(10))
-                if let v = rm["method"], let s = r.nonEmptyString(v, "session.refresh.method") { refresh.method = s.uppercased() }
-                if let v = rm["path"], let s = r.nonEmptyString(v, "session.refresh.path") {
-                    if s.hasPrefix("/") { refresh.path = s } else { r.fail("session.refresh.path", v, "must start with /") }
-                } else if rm["path"] == nil { r.fail("session.refresh.path", n, "missing: the token refresh path") }
-                if let v = rm["upstream"], !YAMLReader.isNull(v) {
-                    refreshUpstreamNode = v
-                    refresh.upstream = r.nonEmptyString(v, "session.refresh.upstream")
+            if let n = m["refresh"], let t = tokenEndpoint(n, "session.refresh", r, defaultMethod: "POST", upstreamNodes: &tokenUpstreamNodes) {
+                session.refresh = t
+            }
+            if let n = m["app_token"], let t = tokenEndpoint(n, "session.app_token", r, defaultMethod: "GET", upstreamNodes: &tokenUpstreamNodes) {
+                session.appToken = t
+                for other in ["capture", "refresh"] where m[other] != nil {
+                    r.fail("session.app_token", n, "app_token cannot be combined with session.\(other) (line \((m[other]?.mark?.line).map(String.init) ?? "?")): an app token replaces the user login")
                 }
-                if let v = rm["body"] { refresh.body = r.json(v, "session.refresh.body") }
-                if let v = rm["access_token"], let s = r.nonEmptyString(v, "session.refresh.access_token") { refresh.accessToken = s } else if rm["access_token"] == nil {
-                    r.fail("session.refresh.access_token", n, "missing: path of the new access token in the refresh reply")
+                if m["inject"] == nil { r.fail("session.app_token", n, "needs session.inject: where the app token goes in each request") }
+            }
+            if let n = m["refresh_on_status"], let list = r.intList(n, "session.refresh_on_status") {
+                for (i, status) in list.enumerated() where !(400...499).contains(status) {
+                    r.fail("session.refresh_on_status[\(i)]", n, "expected a 4xx status, found \(status)")
                 }
-                if let v = rm["refresh_token"] { refresh.refreshToken = r.nonEmptyString(v, "session.refresh.refresh_token") }
-                if let v = rm["max_replays"], let i = r.int(v, "session.refresh.max_replays", range: 0...10) { refresh.maxReplays = i }
-                if let v = rm["timeout"], let d = r.duration(v, "session.refresh.timeout") { refresh.timeout = d }
-                session.refresh = refresh
+                session.refreshOnStatus = Set(list.filter { (400...499).contains($0) })
+            }
+            if let n = m["refresh_ahead"], let d = r.duration(n, "session.refresh_ahead") { session.refreshAhead = d }
+            if let n = m["max_refreshes"], let lm = r.mapping(n, "session.max_refreshes", allowed: ["count", "within"]) {
+                if let v = lm["count"], let c = r.int(v, "session.max_refreshes.count", range: 1...1000) { session.maxRefreshes.count = c }
+                if let v = lm["within"], let d = r.duration(v, "session.max_refreshes.within") {
+                    if d > .zero { session.maxRefreshes.within = d } else { r.fail("session.max_refreshes.within", v, "must be greater than 0") }
+                }
             }
             if let n = m["not_logged_in"], let c = cannedReply(n, "session.not_logged_in", r) { session.notLoggedIn = c }
         }
-        if let name = session.refresh?.upstream, !upstreamNames.contains(name) {
-            r.fail("session.refresh.upstream", refreshUpstreamNode, "names no upstream: '\(name)'")
+        for check in tokenUpstreamNodes where !upstreamNames.contains(check.name) {
+            r.fail(check.path, check.node, "names no upstream: '\(check.name)' (known: \(upstreamNames.sorted().joined(separator: ", ")))")
         }
 
         // cache
@@ -476,6 +498,85 @@ public enum ConfigLoader {
             r.fail("\(path).envelope", m["envelope"], "unwrap and validate need a JSON endpoint (envelope: true)")
         }
         return policy
+    }
+
+    /// A list of business codes: integers or strings; numeric strings count as integers.
+    static func codeList(_ node: Node, _ path: String, _ r: YAMLReader) -> (numbers: Set<Int>, texts: Set<String>)? {
+        guard let items = r.sequence(node, path) else { return nil }
+        var numbers = Set<Int>()
+        var texts = Set<String>()
+        for (i, item) in items.enumerated() {
+            guard let text = r.nonEmptyString(item, "\(path)[\(i)]") else { continue }
+            switch BusinessCode(text.trimmingCharacters(in: .whitespaces)) {
+            case .number(let n): numbers.insert(n)
+            case .text(let t): texts.insert(t)
+            }
+        }
+        return (numbers, texts)
+    }
+
+    static let tokenEndpointKeys = ["method", "path", "upstream", "encoding", "headers", "query", "body", "access_token",
+                                    "refresh_token", "expires_in", "max_replays", "timeout"]
+
+    /// `session.refresh` and `session.app_token`: a token request Concierge sends itself.
+    static func tokenEndpoint(_ node: Node, _ path: String, _ r: YAMLReader, defaultMethod: String,
+                              upstreamNodes: inout [(path: String, node: Node, name: String)]) -> ConciergeConfig.TokenEndpoint? {
+        guard let m = r.mapping(node, path, allowed: tokenEndpointKeys) else { return nil }
+        var t = ConciergeConfig.TokenEndpoint(method: defaultMethod, path: "", upstream: nil, body: nil, accessToken: "",
+                                              refreshToken: nil, maxReplays: 3, timeout: .seconds(10))
+        if let v = m["method"], let s = r.nonEmptyString(v, "\(path).method") {
+            if HTTPFieldSyntax.isToken(s) { t.method = s.uppercased() } else { r.fail("\(path).method", v, "invalid method '\(HTTPFieldSyntax.printable(s))'") }
+        }
+        if let v = m["path"], let s = r.nonEmptyString(v, "\(path).path") {
+            if s.hasPrefix("/") { t.path = s } else { r.fail("\(path).path", v, "must start with /") }
+        } else if m["path"] == nil { r.fail("\(path).path", node, "missing: the token request's path") }
+        if let v = m["upstream"], !YAMLReader.isNull(v), let s = r.nonEmptyString(v, "\(path).upstream") {
+            t.upstream = s
+            upstreamNodes.append(("\(path).upstream", v, s))
+        }
+        if let v = m["encoding"], let s = r.string(v, "\(path).encoding") {
+            if let e = ConciergeConfig.TokenEndpoint.Encoding(rawValue: s) { t.encoding = e } else {
+                r.fail("\(path).encoding", v, "expected form or json, found '\(s)'")
+            }
+        }
+        if let v = m["headers"] {
+            for (k, hv) in r.pairs(v, "\(path).headers") {
+                guard let s = r.string(hv, "\(path).headers.\(k)") else { continue }
+                if let problem = HTTPFieldSyntax.problem(name: k, value: s) {
+                    r.fail("\(path).headers.\(HTTPFieldSyntax.printable(k))", hv, problem)
+                } else {
+                    t.headers.append((k, s))
+                }
+            }
+        }
+        if let v = m["query"] {
+            for (k, qv) in r.pairs(v, "\(path).query") {
+                if let s = r.string(qv, "\(path).query.\(k)") { t.query.append((k, s)) }
+            }
+        }
+        if let v = m["body"] {
+            t.body = r.json(v, "\(path).body")
+            if t.encoding == .form, let body = t.body {
+                guard case .object(let members) = body else {
+                    r.fail("\(path).body", v, "a form body must be a mapping of field names to values")
+                    return t
+                }
+                for (k, member) in members {
+                    if case .object = member { r.fail("\(path).body.\(k)", v, "a form field must be a plain value") }
+                    if case .array = member { r.fail("\(path).body.\(k)", v, "a form field must be a plain value") }
+                }
+            }
+        }
+        if let v = m["access_token"], let s = r.nonEmptyString(v, "\(path).access_token") { t.accessToken = s } else if m["access_token"] == nil {
+            r.fail("\(path).access_token", node, "missing: path of the access token in the reply")
+        }
+        if let v = m["refresh_token"] { t.refreshToken = r.nonEmptyString(v, "\(path).refresh_token") }
+        if let v = m["expires_in"] { t.expiresIn = r.nonEmptyString(v, "\(path).expires_in") }
+        if let v = m["max_replays"], let i = r.int(v, "\(path).max_replays", range: 0...10) { t.maxReplays = i }
+        if let v = m["timeout"], let d = r.duration(v, "\(path).timeout") {
+            if d > .zero { t.timeout = d } else { r.fail("\(path).timeout", v, "must be greater than 0") }
+        }
+        return t
     }
 
     static func cannedReply(_ node: Node, _ path: String, _ r: YAMLReader) -> CannedReply? {

@@ -1,14 +1,18 @@
-/// SPEC §3 step 9: reads the business code in a JSON reply and says what it means.
+/// SPEC §3 step 9 and §9: reads the business code in a JSON reply and says what it means.
+///
+/// Codes are read on every reply below 500, whatever its HTTP status: a refresh code on a
+/// 400 is an expiry signal, a success code on a 4xx is still not a success (only a 2xx can
+/// be one). A 2xx body without a code is a success only with `success_when_missing`.
 public struct EnvelopeReader: Sendable {
     public enum Outcome: Sendable, Equatable {
-        /// A success code: cacheable logical success.
-        case success(code: Int)
+        /// A success code (or no code, with `success_when_missing`): cacheable logical success.
+        case success(code: BusinessCode?)
         /// A refresh code: refresh the token and replay.
-        case refresh(code: Int)
+        case refresh(code: BusinessCode)
         /// A logout code: drop the session.
-        case logout(code: Int)
+        case logout(code: BusinessCode)
         /// Any other code, or JSON without a code: a logical failure, passed on, not cached.
-        case failure(code: Int?)
+        case failure(code: BusinessCode?)
         /// Empty or non-JSON body on a JSON endpoint: the `unavailable` reply.
         case notJSON
     }
@@ -19,17 +23,59 @@ public struct EnvelopeReader: Sendable {
         self.envelope = envelope
     }
 
-    /// Classifies a parsed body (`nil` when the body was not JSON).
-    public func classify(_ body: JSONValue?) -> Outcome {
+    /// The code at `code_path`: integers (also as numeric strings), and text codes when the
+    /// envelope lists any text code; `nil` when there is none.
+    public func code(in body: JSONValue?) -> BusinessCode? {
+        guard let value = body?[path: envelope.codePath] else { return nil }
+        if let n = value.intValue { return .number(n) }
+        if envelope.readsTextCodes, case .string(let s) = value, !s.isEmpty { return .text(s) }
+        return nil
+    }
+
+    /// Classifies a parsed body (`nil` when the body was not JSON) of a reply with HTTP
+    /// `status` (below 500; the caller answers 5xx with `unavailable` before asking).
+    public func classify(_ body: JSONValue?, status: Int = 200) -> Outcome {
         guard let body else { return .notJSON }
-        guard let code = body[path: envelope.codePath]?.intValue else { return .failure(code: nil) }
-        if envelope.successCodes.contains(code) { return .success(code: code) }
-        if envelope.refreshCodes.contains(code) { return .refresh(code: code) }
-        if envelope.logoutCodes.contains(code) { return .logout(code: code) }
+        let isSuccessStatus = (200..<300).contains(status)
+        guard let code = code(in: body) else {
+            let missing = body[path: envelope.codePath] == nil || body[path: envelope.codePath] == .null
+            return missing && isSuccessStatus && envelope.successWhenMissing ? .success(code: nil) : .failure(code: nil)
+        }
+        if envelope.refreshCodes(contains: code) { return .refresh(code: code) }
+        if envelope.logoutCodes(contains: code) { return .logout(code: code) }
+        if envelope.successCodes(contains: code) { return isSuccessStatus ? .success(code: code) : .failure(code: code) }
         return .failure(code: code)
     }
 
     public func message(_ body: JSONValue?) -> String? {
         body?[path: envelope.messagePath]?.stringValue
+    }
+}
+
+extension ConciergeConfig.Envelope {
+    /// Whether non-numeric string codes are read at all (when any listed code is text).
+    public var readsTextCodes: Bool {
+        !successTextCodes.isEmpty || !refreshTextCodes.isEmpty || !logoutTextCodes.isEmpty
+    }
+
+    public func successCodes(contains code: BusinessCode) -> Bool {
+        switch code {
+        case .number(let n): return successCodes.contains(n)
+        case .text(let s): return successTextCodes.contains(s)
+        }
+    }
+
+    public func refreshCodes(contains code: BusinessCode) -> Bool {
+        switch code {
+        case .number(let n): return refreshCodes.contains(n)
+        case .text(let s): return refreshTextCodes.contains(s)
+        }
+    }
+
+    public func logoutCodes(contains code: BusinessCode) -> Bool {
+        switch code {
+        case .number(let n): return logoutCodes.contains(n)
+        case .text(let s): return logoutTextCodes.contains(s)
+        }
     }
 }

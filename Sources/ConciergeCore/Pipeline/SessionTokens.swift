@@ -1,20 +1,45 @@
 import Crypto
 import Foundation
 
-/// The logged-in session: tokens and user id, persisted by the session store.
+/// The session: a user's tokens and user id (login), or the app token Concierge fetched
+/// itself, with the expiry when the token reply gave one; persisted by the session store.
 ///
 /// - Important: never log or print a token; use ``TokenMask`` for display.
 public struct SessionTokens: Sendable, Equatable, Codable {
+    /// `user`: captured from a login reply; `app`: fetched by Concierge (`session.app_token`).
+    public enum Kind: String, Sendable, Codable, CaseIterable { case user, app }
+
     public var accessToken: String
     public var refreshToken: String?
     public var userID: String?
     public var setAt: Date
+    public var kind: Kind = .user
+    /// When the access token stops working, if the token reply said (`expires_in`).
+    public var expiresAt: Date? = nil
+    /// The cache identity of a session whose login reply gave no user id, fixed at login
+    /// and kept across refreshes (so the user's entries stay theirs after a new token).
+    public var subject: String? = nil
 
-    public init(accessToken: String, refreshToken: String?, userID: String?, setAt: Date = Date()) {
+    public init(accessToken: String, refreshToken: String?, userID: String?, setAt: Date = Date(),
+                kind: Kind = .user, expiresAt: Date? = nil, subject: String? = nil) {
+        self.subject = subject
         self.accessToken = accessToken
         self.refreshToken = refreshToken
         self.userID = userID
         self.setAt = setAt
+        self.kind = kind
+        self.expiresAt = expiresAt
+    }
+
+    /// Whether the token should be renewed before it is sent at `now`: less than
+    /// `ahead` is left, or less than half of its lifetime when that is shorter (so a token
+    /// that lives less than `ahead` is not renewed on every request).
+    public func needsRenewal(at now: Date, ahead: Duration) -> Bool {
+        guard let expiresAt else { return false }
+        let lifetime = expiresAt.timeIntervalSince(setAt)
+        let aheadSeconds = Double(ahead.components.seconds) + Double(ahead.components.attoseconds) / 1e18
+        let margin = min(aheadSeconds, max(lifetime / 2, 0))
+        return expiresAt.timeIntervalSince(now) < margin
     }
 }
 
@@ -54,6 +79,7 @@ extension SessionTokens {
     /// gave none, a digest of the access token (never the token itself).
     public var cacheUser: String {
         if let userID, !userID.isEmpty { return userID }
+        if let subject, !subject.isEmpty { return subject }
         let digest = SHA256.hash(data: Array(accessToken.utf8))
         return "session-" + digest.prefix(8).map { String(format: "%02x", $0) }.joined()
     }

@@ -94,12 +94,7 @@ struct AdminAPI: Sendable {
             return json(control.sessionDescription())
         }
         router.delete("/session") { _, _ in
-            let dropped = try await control.session.clear()
-            if let dropped {
-                control.stats.increment(.logouts)
-                _ = try? await control.cache.invalidate(.user(dropped.cacheUser))
-                control.events.publish("session.logout", ["user": dropped.userID.map(JSONValue.string) ?? .null, "reason": "admin"])
-            }
+            let dropped = await control.pipeline.sessionLogout.perform(ifAccessToken: nil, reason: "admin")
             return json(["logged_out": .bool(dropped != nil)])
         }
         router.get("/environment") { _, _ in

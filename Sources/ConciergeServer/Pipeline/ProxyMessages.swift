@@ -48,7 +48,7 @@ public struct ProxyReply: Sendable {
     /// `HIT`, `MISS`, `STALE`, `BYPASS`, or empty when the cache was not involved.
     public var cacheStatus: String = ""
     public var endpoint: String = "default"
-    public var businessCode: Int? = nil
+    public var businessCode: BusinessCode? = nil
     public var replays: Int = 0
     public var upstreamTime: Duration? = nil
     /// Logical success (for batch `ok`): a success code, or HTTP 2xx on non-JSON endpoints.

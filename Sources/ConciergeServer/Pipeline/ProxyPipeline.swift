@@ -21,6 +21,7 @@ public final class ProxyPipeline: Sendable {
     public let cache: CacheStore
     public let session: SessionState
     public let refresher: TokenRefresher
+    let sessionLogout: SessionLogout
     public let client: UpstreamClient
     public let stats: ProxyStats
     public let events: EventBus
@@ -38,7 +39,10 @@ public final class ProxyPipeline: Sendable {
         self.stats = stats
         self.events = events
         self.logger = logger
-        self.refresher = TokenRefresher(session: session, client: client, runtime: runtime, stats: stats, events: events, logger: logger)
+        let sessionLogout = SessionLogout(session: session, cache: cache, stats: stats, events: events, logger: logger)
+        self.sessionLogout = sessionLogout
+        self.refresher = TokenRefresher(session: session, client: client, runtime: runtime, stats: stats, events: events,
+                                        logout: sessionLogout, logger: logger)
     }
 
     // MARK: - Preparation (steps 1–6, pure and synchronous)
@@ -51,6 +55,9 @@ public final class ProxyPipeline: Sendable {
         var upstream: ConciergeConfig.Upstream
         /// The session token to inject, if this endpoint takes one.
         var token: String?
+        /// The endpoint takes Concierge's token: with an app token not fetched yet, `token`
+        /// is nil and the exchange fetches one first.
+        var injects: Bool = false
         var session: SessionTokens?
         var cacheKey: String?
         var cacheUser: String?
@@ -91,14 +98,16 @@ public final class ProxyPipeline: Sendable {
         var request = ProxyRequest(method: incoming.method, target: target, headers: headers, body: body)
         rc.commonParams.apply(to: &request)
 
-        let current = session.current
-        guard rc.loginGuard.admits(endpoint, session: current) else {
+        // A session of the other kind (left by an earlier configuration) is not used.
+        let current = session.current.flatMap { $0.kind == config.session.kind ? $0 : nil }
+        let appToken = config.session.kind == .app
+        guard appToken || rc.loginGuard.admits(endpoint, session: current) else {
             var reply = ProxyReply.json(config.session.notLoggedIn.status, config.session.notLoggedIn.body)
             reply.endpoint = endpoint.name
-            reply.businessCode = config.session.notLoggedIn.body[path: config.envelope.codePath]?.intValue
+            reply.businessCode = rc.envelope.code(in: config.session.notLoggedIn.body)
             return .reply(reply)
         }
-        let injects = endpoint.login != .none && current != nil && !rc.injector.points.isEmpty
+        let injects = endpoint.login != .none && (current != nil || appToken) && !rc.injector.points.isEmpty
         let token = injects ? current?.accessToken : nil
         let upstream = runtime.upstream(for: endpoint, in: (rc, environment))
 
@@ -111,7 +120,10 @@ public final class ProxyPipeline: Sendable {
             case .shared where endpoint.scopeIsExplicit:
                 cacheUser = nil
             case .user, .shared:
-                if let current, injects {
+                if appToken, injects {
+                    // One app token for everyone: its entries are shared (no user).
+                    cacheUser = nil
+                } else if let current, injects {
                     cacheUser = current.cacheUser
                 } else if clientToken || endpoint.cache.scope == .user {
                     // A token we cannot attribute to a user: never shared, so not cached.
@@ -127,7 +139,7 @@ public final class ProxyPipeline: Sendable {
         }
         let cacheControl = incoming.headers["cache-control"].joined(separator: ",").lowercased()
         let bypass = cacheControl.contains("no-cache") || incoming.headers["x-concierge-cache"].contains { $0.lowercased() == "bypass" }
-        return .ready(Prepared(request: request, endpoint: endpoint, config: rc, upstream: upstream, token: token, session: current,
+        return .ready(Prepared(request: request, endpoint: endpoint, config: rc, upstream: upstream, token: token, injects: injects, session: current,
                                cacheKey: cacheKey, cacheUser: cacheUser, bypass: bypass, streamedBody: streamed,
                                clientAddress: incoming.clientAddress, originalHeaders: incoming.headers))
     }
@@ -279,8 +291,16 @@ public final class ProxyPipeline: Sendable {
         let config = p.config.config
         var token = p.token
         var replays = 0
-        let maxReplays = config.session.refresh?.maxReplays ?? 3
+        let maxReplays = config.session.maxReplays
         var upstreamTotal = Duration.zero
+        if p.injects {
+            switch await tokenBeforeSending(p) {
+            case .send(let t): token = t
+            case .reply(var reply):
+                decorate(&reply, p, replays: 0, upstreamTime: .zero)
+                return ExchangeOutcome(result: ExchangeResult(reply: reply), storable: nil)
+            }
+        }
         while true {
             var request = p.request
             if let token { p.config.injector.inject(token, into: &request) }
@@ -317,6 +337,18 @@ public final class ProxyPipeline: Sendable {
             var reply = ProxyReply(status: response.status, headers: headers, body: .buffer(response.body))
             decorate(&reply, p, replays: replays, upstreamTime: upstreamTotal)
 
+            if let stale = token, config.session.refreshOnStatus.contains(response.status) {
+                // An expiry signal by HTTP status (OAuth2's 401): renew and replay.
+                switch await renew(p, replacing: stale, replays: replays, maxReplays: maxReplays, upstreamTime: upstreamTotal) {
+                case .replay(let fresh):
+                    token = fresh
+                    replays += 1
+                    continue
+                case .reply(let local): return ExchangeOutcome(result: ExchangeResult(reply: local), storable: nil)
+                case .passOn: return ExchangeOutcome(result: ExchangeResult(reply: reply), storable: nil)
+                }
+            }
+
             guard p.endpoint.envelope else {
                 // Non-JSON but cacheable: HTTP 2xx is the success.
                 let ok = (200..<300).contains(response.status)
@@ -333,9 +365,23 @@ public final class ProxyPipeline: Sendable {
                 return ExchangeOutcome(result: ExchangeResult(reply: failure, upstreamFailed: true), storable: nil)
             }
             let json = JSONValue.parse(response.body.readableBytesView)
-            let outcome = p.config.envelope.classify(json)
-            reply.businessCode = json?[path: config.envelope.codePath]?.intValue
+            var outcome = p.config.envelope.classify(json, status: response.status)
+            reply.businessCode = p.config.envelope.code(in: json)
+            let capture = config.session.capture.flatMap { $0.endpoint == p.endpoint.name && config.session.kind == .user ? $0 : nil }
+            var captured: TokenReply? = nil
+            if let capture {
+                // A login reply is judged as a token reply: OAuth2's has no code at all.
+                let judged = TokenReply.judge(status: response.status, body: json, envelope: p.config.envelope, accessToken: capture.accessToken,
+                                              refreshToken: capture.refreshToken, expiresIn: capture.expiresIn)
+                if case .good = judged {
+                    captured = judged
+                    if case .failure(code: nil) = outcome { outcome = .success(code: nil) }
+                }
+            }
             switch outcome {
+            case .notJSON where (400..<500).contains(response.status):
+                // An HTTP error without a JSON body (a bare 401/404): passed on as a failure.
+                return ExchangeOutcome(result: ExchangeResult(reply: reply), storable: nil)
             case .notJSON:
                 var failure = ProxyReply.json(config.envelope.unavailable.status, config.envelope.unavailable.body)
                 decorate(&failure, p, replays: replays, upstreamTime: upstreamTotal)
@@ -345,29 +391,21 @@ public final class ProxyPipeline: Sendable {
 
             case .refresh:
                 guard let stale = token else { return ExchangeOutcome(result: ExchangeResult(reply: reply), storable: nil) }
-                guard replays < maxReplays else {
-                    logger.warning("still a refresh code after the last replay", metadata: ["endpoint": "\(p.endpoint.name)", "replays": "\(replays)"])
-                    return ExchangeOutcome(result: ExchangeResult(reply: reply), storable: nil)
-                }
-                switch await refresher.freshToken(replacing: stale) {
-                case .refreshed(let fresh):
+                switch await renew(p, replacing: stale, replays: replays, maxReplays: maxReplays, upstreamTime: upstreamTotal) {
+                case .replay(let fresh):
                     token = fresh
                     replays += 1
-                    stats.increment(.replays)
                     continue
-                case .loggedOut:
-                    var notLoggedIn = ProxyReply.json(config.session.notLoggedIn.status, config.session.notLoggedIn.body)
-                    decorate(&notLoggedIn, p, replays: replays, upstreamTime: upstreamTotal)
-                    notLoggedIn.businessCode = config.session.notLoggedIn.body[path: config.envelope.codePath]?.intValue
-                    return ExchangeOutcome(result: ExchangeResult(reply: notLoggedIn), storable: nil)
+                case .reply(let local): return ExchangeOutcome(result: ExchangeResult(reply: local), storable: nil)
+                case .passOn: return ExchangeOutcome(result: ExchangeResult(reply: reply), storable: nil)
                 }
 
             case .logout(let code):
-                await logout(sentToken: token, reason: .int(Int64(code)))
+                await logout(sentToken: token, reason: code.jsonValue)
                 return ExchangeOutcome(result: ExchangeResult(reply: reply), storable: nil)
 
             case .failure(let code):
-                if let code, let actions = config.envelope.warningCodes[code] {
+                if let code = code?.number, let actions = config.envelope.warningCodes[code] {
                     await applyWarning(code: code, actions: actions, json: json, p: p, token: token)
                 }
                 return ExchangeOutcome(result: ExchangeResult(reply: reply), storable: nil)
@@ -381,8 +419,16 @@ public final class ProxyPipeline: Sendable {
                     return ExchangeOutcome(result: ExchangeResult(reply: invalid), storable: nil)
                 }
                 reply.succeeded = true
-                if let capture = config.session.capture, capture.endpoint == p.endpoint.name {
-                    await captureSession(json, capture)
+                var storedBody = response.body
+                if let capture {
+                    await captureSession(captured, json, capture)
+                    if capture.redact {
+                        // The client never holds the captured tokens (token-handler pattern).
+                        var redacted = json.removing(path: capture.accessToken)
+                        if let refreshPath = capture.refreshToken { redacted = redacted.removing(path: refreshPath) }
+                        storedBody = ByteBuffer(bytes: redacted.serializedBytes)
+                        reply.body = .buffer(storedBody)
+                    }
                 }
                 if !p.endpoint.invalidates.isEmpty {
                     let user = session.current?.cacheUser
@@ -393,17 +439,91 @@ public final class ProxyPipeline: Sendable {
                     events.publish("cache.invalidated", ["by": .string("endpoint:\(p.endpoint.name)"), "removed": .int(Int64(removed))])
                 }
                 let storable = !Self.noStore(response.headers)
-                    ? Storable(status: response.status, headers: Self.storedHeaders(headers), body: response.body) : nil
+                    ? Storable(status: response.status, headers: Self.storedHeaders(headers), body: storedBody) : nil
                 if let unwrap = p.endpoint.unwrap { applyUnwrap(&reply, path: unwrap, config: p.config) }
                 return ExchangeOutcome(result: ExchangeResult(reply: reply), storable: storable)
             }
         }
     }
 
+    enum TokenDecision: Sendable {
+        case send(String?)
+        case reply(ProxyReply)
+    }
+
+    /// The token to send: the app token fetched on first need, or a token renewed ahead of
+    /// its expiry (`refresh_ahead`) so the upstream never sees it expire.
+    func tokenBeforeSending(_ p: Prepared) async -> TokenDecision {
+        let config = p.config.config
+        guard let token = p.token else {
+            // An app token not fetched yet.
+            switch await refresher.freshToken(replacing: nil) {
+            case .refreshed(let fresh): return .send(fresh)
+            case .loggedOut: return .reply(notLoggedInReply(config))
+            case .unavailable, .throttled: return .reply(unavailableReply(config))
+            }
+        }
+        guard let current = session.current, current.accessToken == token,
+              current.needsRenewal(at: Date(), ahead: config.session.refreshAhead), config.session.tokenEndpoint != nil
+        else { return .send(token) }
+        switch await refresher.freshToken(replacing: token) {
+        case .refreshed(let fresh): return .send(fresh)
+        case .loggedOut: return .reply(notLoggedInReply(config))
+        case .unavailable, .throttled: return .send(token)  // still valid for a moment: try it
+        }
+    }
+
+    enum Renewal: Sendable {
+        case replay(String)
+        case reply(ProxyReply)
+        /// No more replays: pass the upstream's reply on.
+        case passOn
+    }
+
+    /// An expiry signal (refresh code or `refresh_on_status`) on a request that carried
+    /// `stale`: one renewal through the single flight, then a replay, at most `maxReplays` times.
+    func renew(_ p: Prepared, replacing stale: String, replays: Int, maxReplays: Int, upstreamTime: Duration) async -> Renewal {
+        let config = p.config.config
+        guard replays < maxReplays else {
+            logger.warning("token still expired after the last replay", metadata: ["endpoint": "\(p.endpoint.name)", "replays": "\(replays)"])
+            return .passOn
+        }
+        var local: ProxyReply
+        switch await refresher.freshToken(replacing: stale) {
+        case .refreshed(let fresh):
+            stats.increment(.replays)
+            return .replay(fresh)
+        case .loggedOut: local = notLoggedInReply(config)
+        case .throttled where config.session.kind == .user: local = notLoggedInReply(config)
+        case .unavailable, .throttled: local = unavailableReply(config)
+        }
+        decorate(&local, p, replays: replays, upstreamTime: upstreamTime)
+        return .reply(local)
+    }
+
+    func notLoggedInReply(_ config: ConciergeConfig) -> ProxyReply {
+        var reply = ProxyReply.json(config.session.notLoggedIn.status, config.session.notLoggedIn.body)
+        reply.businessCode = EnvelopeReader(envelope: config.envelope).code(in: config.session.notLoggedIn.body)
+        return reply
+    }
+
+    func unavailableReply(_ config: ConciergeConfig) -> ProxyReply {
+        ProxyReply.json(config.envelope.unavailable.status, config.envelope.unavailable.body)
+    }
+
     /// Forwards a non-JSON, uncached request with bodies streamed both ways.
     func forwardStreaming(_ p: Prepared) async -> ProxyReply {
         var request = p.request
-        if let token = p.token { p.config.injector.inject(token, into: &request) }
+        var token = p.token
+        if p.injects {
+            switch await tokenBeforeSending(p) {
+            case .send(let t): token = t
+            case .reply(var reply):
+                decorate(&reply, p, replays: 0, upstreamTime: .zero)
+                return reply
+            }
+        }
+        if let token { p.config.injector.inject(token, into: &request) }
         var upstreamRequest = makeUpstreamRequest(request, p)
         if case .stream(let stream, let length)? = p.streamedBody {
             upstreamRequest.body = .stream(stream, length: length)
@@ -528,14 +648,15 @@ public final class ProxyPipeline: Sendable {
 
     // MARK: - Session side effects
 
-    private func captureSession(_ json: JSONValue, _ capture: ConciergeConfig.Capture) async {
-        guard let access = json[path: capture.accessToken]?.parameterText, !access.isEmpty, json[path: capture.accessToken] != .null else {
+    private func captureSession(_ reply: TokenReply?, _ json: JSONValue, _ capture: ConciergeConfig.Capture) async {
+        guard case .good(let access, let refreshToken, let expiresIn)? = reply else {
             logger.warning("login reply has no access token; session unchanged", metadata: ["path": "\(capture.accessToken)"])
             return
         }
-        let tokens = SessionTokens(accessToken: access,
-                                   refreshToken: capture.refreshToken.flatMap { json[path: $0]?.parameterText },
-                                   userID: capture.userID.flatMap { json[path: $0]?.parameterText })
+        let now = Date()
+        let tokens = SessionTokens(accessToken: access, refreshToken: refreshToken,
+                                   userID: capture.userID.flatMap { json[path: $0]?.parameterText }, setAt: now,
+                                   kind: .user, expiresAt: TokenReply.expiry(expiresIn, from: now))
         do {
             try await session.set(tokens)
             logger.info("session captured", metadata: ["user": "\(tokens.userID ?? "-")", "access_token": "\(TokenMask.mask(access))"])
@@ -547,13 +668,7 @@ public final class ProxyPipeline: Sendable {
 
     /// Drops the session and the user's cached entries.
     func logout(sentToken: String?, reason: JSONValue) async {
-        guard let dropped = try? await session.clear(ifAccessToken: sentToken) else { return }
-        stats.increment(.logouts)
-        let user = dropped.cacheUser
-        let removed = (try? await cache.invalidate(.user(user))) ?? 0
-        logger.info("session dropped", metadata: ["user": "\(dropped.userID ?? "-")", "reason": "\(reason.parameterText)",
-                                                  "entries_removed": "\(removed)"])
-        events.publish("session.logout", ["user": dropped.userID.map(JSONValue.string) ?? .null, "reason": reason])
+        await sessionLogout.perform(ifAccessToken: sentToken, reason: reason)
     }
 
     private func applyWarning(code: Int, actions: Set<ConciergeConfig.WarningAction>, json: JSONValue?, p: Prepared, token: String?) async {

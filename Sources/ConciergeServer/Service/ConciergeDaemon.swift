@@ -68,7 +68,7 @@ public final class ConciergeDaemon: Sendable {
         let runtime = self.runtime
         let session = self.session
         scrubber.addSource { runtime.current.config.secretValues }
-        scrubber.addSource { session.current.map { [$0.accessToken, $0.refreshToken].compactMap { $0 } } ?? [] }
+        scrubber.addSource { session.secretsForLogs }
     }
 
     let requestLogger: Logger
@@ -241,12 +241,19 @@ public final class ConciergeDaemon: Sendable {
     /// Writes to SQLite are failing, or the live session is not saved yet.
     var storageDegraded: Bool { database.health.isDegraded || session.hasUnsavedChange }
 
+    /// `GET /session`: who, whether tokens are present, `kind` (`user` | `app`), when set and
+    /// `expires_at` (RFC 3339 or null); tokens masked, never shown.
     func sessionDescription() -> JSONValue {
-        guard let s = session.current else { return ["logged_in": false] }
-        return ["logged_in": true, "user_id": s.userID.map(JSONValue.string) ?? .null,
+        let kind = runtime.current.config.session.kind
+        guard let s = session.current, s.kind == kind else {
+            return ["logged_in": false, "kind": .string(kind.rawValue), "expires_at": .null]
+        }
+        let formatter = ISO8601DateFormatter()
+        return ["logged_in": true, "kind": .string(s.kind.rawValue), "user_id": s.userID.map(JSONValue.string) ?? .null,
                 "access_token": .string(TokenMask.mask(s.accessToken)),
                 "refresh_token": s.refreshToken.map { .string(TokenMask.mask($0)) } ?? .null,
-                "set_at": .string(ISO8601DateFormatter().string(from: s.setAt))]
+                "set_at": .string(formatter.string(from: s.setAt)),
+                "expires_at": s.expiresAt.map { .string(formatter.string(from: $0)) } ?? .null]
     }
 }
 

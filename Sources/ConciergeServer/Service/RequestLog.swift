@@ -21,7 +21,7 @@ public struct RequestLog: Sendable {
             "method": "\(incoming.method)",
             "path": "\(target)",
             "status": "\(reply.status)",
-            "code": "\(reply.businessCode.map(String.init) ?? "-")",
+            "code": "\(reply.businessCode.map(\.description) ?? "-")",
             "cache": "\(reply.cacheStatus.isEmpty ? "-" : reply.cacheStatus)",
             "endpoint": "\(reply.endpoint)",
             "upstream_ms": "\(upstream)",

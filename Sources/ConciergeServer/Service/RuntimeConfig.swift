@@ -33,10 +33,13 @@ public final class RuntimeConfig: Sendable {
                                 upstreamHosts: config.upstreams.map(\.host))
         var masked = injector.paramNames.union(injector.headerNames)
         if let signing = config.signing { masked.insert(signing.param) }
-        if let capture = config.session.capture {
-            for path in [capture.accessToken, capture.refreshToken].compactMap({ $0 }) {
-                if let last = path.split(separator: ".").last { masked.insert(String(last)) }
-            }
+        var tokenPaths: [String?] = []
+        if let capture = config.session.capture { tokenPaths += [capture.accessToken, capture.refreshToken] }
+        for endpoint in [config.session.refresh, config.session.appToken].compactMap({ $0 }) {
+            tokenPaths += [endpoint.accessToken, endpoint.refreshToken]
+        }
+        for path in tokenPaths.compactMap({ $0 }) {
+            if let last = path.split(separator: ".").last { masked.insert(String(last)) }
         }
         redactor = SecretRedactor(extraNames: masked)
         keyExclusions = config.cache.volatileParams.union(injector.paramNames)

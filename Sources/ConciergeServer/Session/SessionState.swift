@@ -16,10 +16,20 @@ import Synchronization
 /// cannot bring the old session back (see ``replace(ifGeneration:with:)``).
 public final class SessionState: Sendable {
     private struct State {
-        var tokens: SessionTokens?
+        var tokens: SessionTokens? {
+            didSet {
+                // Tokens just replaced stay masked in log lines for a while.
+                for old in [oldValue?.accessToken, oldValue?.refreshToken].compactMap({ $0 })
+                where old != tokens?.accessToken && old != tokens?.refreshToken {
+                    retired.append(old)
+                }
+                if retired.count > 32 { retired.removeFirst(retired.count - 32) }
+            }
+        }
         var generation = 0
         /// The last save failed: the in-memory session differs from the stored one.
         var unsaved = false
+        var retired: [String] = []
     }
 
     private let state: Mutex<State>
@@ -40,6 +50,10 @@ public final class SessionState: Sendable {
     public var snapshot: (tokens: SessionTokens?, generation: Int) { state.withLock { ($0.tokens, $0.generation) } }
     /// True after a failed save, until a later save succeeds.
     public var hasUnsavedChange: Bool { state.withLock { $0.unsaved } }
+    /// The tokens in use and the ones most recently replaced: literal secrets for the log scrubber.
+    public var secretsForLogs: [String] {
+        state.withLock { s in [s.tokens?.accessToken, s.tokens?.refreshToken].compactMap { $0 } + s.retired }
+    }
 
     /// Sets a new session (login, admin `PUT /session`).
     public func set(_ tokens: SessionTokens) async throws {
@@ -67,11 +81,12 @@ public final class SessionState: Sendable {
         }
     }
 
-    /// Stores refreshed tokens unless the session changed since `generation`.
+    /// Stores refreshed tokens (or a fetched app token, also into an empty session) unless
+    /// the session changed since `generation`; in memory at once, saved when possible.
     /// - Returns: whether the tokens were taken.
     public func replace(ifGeneration generation: Int, with tokens: SessionTokens) async throws -> Bool {
         await writeLock.run {
-            guard self.generation == generation, current != nil else { return false }
+            guard self.generation == generation, current != nil || tokens.kind == .app else { return false }
             state.withLock { $0.tokens = tokens; $0.generation += 1 }
             await save()
             return true

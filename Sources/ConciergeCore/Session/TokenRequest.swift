@@ -1,0 +1,72 @@
+/// The HTTP request for a token call (`session.refresh` or `session.app_token`), built from
+/// its configuration with `{refresh_token}` / `{access_token}` filled in: body as JSON or as
+/// a form (RFC 6749 token endpoints take only forms), templated headers and query.
+///
+/// - Important: the body and query hold credentials (client secret, app secret, refresh
+///   token). Never log them; log the path only.
+public struct TokenRequest: Sendable, Equatable {
+    public var method: String
+    /// `path?query`, to append to the upstream's base URL.
+    public var target: String
+    public var headers: [Header]
+    public var body: [UInt8]?
+    /// Path only: the one part that may be logged.
+    public var path: String
+
+    public struct Header: Sendable, Equatable {
+        public var name: String
+        public var value: String
+    }
+
+    public init(_ endpoint: ConciergeConfig.TokenEndpoint, refreshToken: String?, accessToken: String?) {
+        let values = ["refresh_token": refreshToken ?? "", "access_token": accessToken ?? ""]
+        method = endpoint.method
+        path = Self.fill(endpoint.path, values, percentEncoded: true)
+        var target = path
+        let query = endpoint.query.map { Param($0.name, Self.fill($0.value, values)) }
+        if !query.isEmpty {
+            target += (target.contains("?") ? "&" : "?") + QueryString.encode(query)
+        }
+        self.target = target
+        headers = [Header(name: "Accept", value: "application/json")]
+        if let template = endpoint.body {
+            let filled = Self.fill(template, values)
+            switch endpoint.encoding {
+            case .json:
+                headers.append(Header(name: "Content-Type", value: "application/json"))
+                body = filled.serializedBytes
+            case .form:
+                headers.append(Header(name: "Content-Type", value: "application/x-www-form-urlencoded"))
+                var fields: [Param] = []
+                if case .object(let members) = filled {
+                    for name in members.keys.sorted() where members[name] != .null {
+                        fields.append(Param(name, members[name]!.parameterText))
+                    }
+                }
+                body = Array(QueryString.encode(fields).utf8)
+            }
+        }
+        for header in endpoint.headers {
+            let value = Self.fill(header.value, values)
+            headers.removeAll { $0.name.lowercased() == header.name.lowercased() }
+            headers.append(Header(name: header.name, value: value))
+        }
+    }
+
+    static func fill(_ text: String, _ values: [String: String], percentEncoded: Bool = false) -> String {
+        var out = text
+        for (name, value) in values {
+            out = out.replacingOccurrences(of: "{\(name)}", with: percentEncoded ? QueryString.percentEncode(value) : value)
+        }
+        return out
+    }
+
+    static func fill(_ value: JSONValue, _ values: [String: String]) -> JSONValue {
+        switch value {
+        case .string(let s): return .string(fill(s, values))
+        case .array(let items): return .array(items.map { fill($0, values) })
+        case .object(let members): return .object(members.mapValues { fill($0, values) })
+        default: return value
+        }
+    }
+}

@@ -1,0 +1,141 @@
+import ConciergeSampleAPI
+
+/// Configurations for the sample API's dialects (SPEC §9), in the shape of
+/// `Config/examples/*.yaml`, for ``ConciergeTestRig/start(endpoints:extra:api:apiConfiguration:directory:configTransform:environment:)``.
+public enum DialectTestConfig {
+    /// `${VAR}` values the dialect configs take their credentials from.
+    public static let environment: [String: String] = [
+        "OAUTH_CLIENT_ID": SampleAPIConfiguration.defaultClientID,
+        "OAUTH_CLIENT_SECRET": SampleAPIConfiguration.defaultClientSecret,
+        "WECHAT_APPID": SampleAPIConfiguration.defaultClientID,
+        "WECHAT_SECRET": SampleAPIConfiguration.defaultClientSecret,
+        "DINGTALK_KEY": SampleAPIConfiguration.defaultClientID,
+        "DINGTALK_SECRET": SampleAPIConfiguration.defaultClientSecret,
+    ]
+
+    public static let oauth2Endpoints = """
+        - name: token
+          match: POST /oauth/token
+        - name: me
+          match: GET /api/me
+          login: required
+          cache: { ttl: 60s }
+        - name: items
+          match: GET /api/items
+          login: required
+        - name: forbidden
+          match: GET /api/forbidden
+          login: required
+          cache: { ttl: 60s }
+        """
+
+    public static func oauth2(sessionExtra: String = "") -> String {
+        """
+        envelope:
+          code_path: code
+          success_when_missing: true
+        session:
+          inject:
+            - header: Authorization
+              format: "Bearer {access_token}"
+          refresh_on_status: [401]
+          not_logged_in: { status: 401, body: { error: not_logged_in, code: 800 } }
+          capture:
+            endpoint: token
+            access_token: access_token
+            refresh_token: refresh_token
+            expires_in: expires_in
+            redact: true
+          refresh:
+            method: POST
+            path: /oauth/token
+            encoding: form
+            body:
+              grant_type: refresh_token
+              refresh_token: "{refresh_token}"
+              client_id: "${OAUTH_CLIENT_ID}"
+              client_secret: "${OAUTH_CLIENT_SECRET}"
+            access_token: access_token
+            refresh_token: refresh_token
+            expires_in: expires_in
+        \(sessionExtra)
+        """
+    }
+
+    public static let weChatEndpoints = """
+        - name: userInfo
+          match: GET /cgi-bin/user/info
+          login: required
+          cache: { ttl: 60s }
+        - name: items
+          match: GET /cgi-bin/items
+          login: required
+          cache: { ttl: 60s }
+        - name: forbidden
+          match: GET /cgi-bin/forbidden
+          login: required
+          cache: { ttl: 60s }
+        - name: stale
+          match: GET /cgi-bin/stale
+          login: required
+        """
+
+    public static func weChat(sessionExtra: String = "") -> String {
+        """
+        envelope:
+          code_path: errcode
+          message_path: errmsg
+          success_codes: [0]
+          refresh_codes: [40001, 42001]
+          logout_codes: []
+          success_when_missing: true
+        session:
+          inject:
+            - query: access_token
+          app_token:
+            method: GET
+            path: /cgi-bin/token
+            query: { grant_type: client_credential, appid: "${WECHAT_APPID}", secret: "${WECHAT_SECRET}" }
+            access_token: access_token
+            expires_in: expires_in
+        \(sessionExtra)
+        """
+    }
+
+    public static let dingTalkEndpoints = """
+        - name: me
+          match: GET /v1.0/contact/users/me
+          login: required
+          cache: { ttl: 60s }
+        - name: items
+          match: GET /v1.0/items
+          login: required
+        - name: forbidden
+          match: GET /v1.0/forbidden
+          login: required
+          cache: { ttl: 60s }
+        """
+
+    public static func dingTalk(sessionExtra: String = "") -> String {
+        """
+        envelope:
+          code_path: code
+          message_path: message
+          success_codes: []
+          refresh_codes: [InvalidAuthentication]
+          logout_codes: []
+          success_when_missing: true
+        session:
+          inject:
+            - header: x-acs-dingtalk-access-token
+          app_token:
+            method: POST
+            path: /v1.0/oauth2/accessToken
+            encoding: json
+            body: { appKey: "${DINGTALK_KEY}", appSecret: "${DINGTALK_SECRET}" }
+            access_token: accessToken
+            expires_in: expireIn
+        \(sessionExtra)
+        """
+    }
+}
