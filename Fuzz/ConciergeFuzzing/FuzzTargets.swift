@@ -110,6 +110,11 @@ public enum FuzzTargets {
                 guard let full else { preconditionFailure("scan accepted what the parser refuses (path \(path))") }
                 guard full[path: path] == value else { preconditionFailure("scan and parser disagree at \(path)") }
             }
+            // What the pipeline classifies: the skeleton answers the path as the whole reply does.
+            let skeleton = JSONScan.envelope(codePath: path, in: data)
+            guard (skeleton == nil) == (full == nil), skeleton?[path: path] == full?[path: path] else {
+                preconditionFailure("envelope skeleton and parser disagree at \(path)")
+            }
         }
     }
 

@@ -38,4 +38,16 @@ struct JSONScanTests {
         let deep = String(repeating: "[", count: 300) + String(repeating: "]", count: 300)
         #expect(scan(deep, "0") == .notJSON)
     }
+
+    @Test("the envelope skeleton answers the code path as the whole reply; non-JSON is nil")
+    func envelopeSkeleton() {
+        let text = #"{"meta":{"code":"InvalidAuthentication","x":[1,2]},"data":{}}"#
+        let skeleton = JSONScan.envelope(codePath: "meta.code", in: Array(text.utf8))
+        #expect(skeleton?[path: "meta.code"] == "InvalidAuthentication")
+        #expect(JSONScan.envelope(codePath: "code", in: Array(#"{"msg":"x"}"#.utf8))?[path: "code"] == nil)
+        #expect(JSONScan.envelope(codePath: "code", in: Array("<html>".utf8)) == nil)
+        // Refused by the scan, accepted by the full parser: the full parser decides.
+        let deep = "{\"code\":1,\"d\":" + String(repeating: "[", count: 300) + String(repeating: "]", count: 300) + "}"
+        #expect(JSONScan.envelope(codePath: "code", in: Array(deep.utf8)) == JSONValue.parse(deep))
+    }
 }

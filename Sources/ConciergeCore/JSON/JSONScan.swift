@@ -28,6 +28,25 @@ public enum JSONScan {
         return Array(bytes).withUnsafeBufferPointer { scan($0, components) }
     }
 
+    /// For the envelope read when no later step needs the tree: a value that answers
+    /// `[path: codePath]` exactly as the whole reply would (the code in a skeleton of
+    /// objects), or `nil` when the reply is not JSON. Texts the scan refuses go to the full
+    /// parser.
+    public static func envelope(codePath: String, in bytes: some Collection<UInt8>) -> JSONValue? {
+        switch value(at: codePath, in: bytes) {
+        case .notJSON:
+            return JSONValue.parse(bytes)
+        case .missing:
+            return .object([:])
+        case .found(let code) where codePath.isEmpty:
+            return code
+        case .found(let code):
+            // Objects all the way down: `[path:]` looks a component up as a key in an object.
+            return codePath.split(separator: ".", omittingEmptySubsequences: false).reversed()
+                .reduce(code) { inner, component in .object([String(component): inner]) }
+        }
+    }
+
     static func scan(_ buffer: UnsafeBufferPointer<UInt8>, _ components: [[UInt8]]) -> Result {
         var scanner = Scanner(bytes: buffer, path: components)
         scanner.skipWhitespace()

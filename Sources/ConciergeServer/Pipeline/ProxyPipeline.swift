@@ -364,10 +364,13 @@ public final class ProxyPipeline: Sendable {
                 logger.warning("upstream answered an HTTP error", metadata: ["endpoint": "\(p.endpoint.name)", "status": "\(response.status)"])
                 return ExchangeOutcome(result: ExchangeResult(reply: failure, upstreamFailed: true), storable: nil)
             }
-            let json = JSONValue.parse(response.body.readableBytesView)
+            let capture = config.session.capture.flatMap { $0.endpoint == p.endpoint.name && config.session.kind == .user ? $0 : nil }
+            // The whole tree only when a later step reads it; else just the code (no tree built).
+            let needsTree = capture != nil || !p.endpoint.validate.isEmpty || p.endpoint.unwrap != nil || !config.envelope.warningCodes.isEmpty
+            let json = needsTree ? JSONValue.parse(response.body.readableBytesView)
+                : JSONScan.envelope(codePath: config.envelope.codePath, in: response.body.readableBytesView)
             var outcome = p.config.envelope.classify(json, status: response.status)
             reply.businessCode = p.config.envelope.code(in: json)
-            let capture = config.session.capture.flatMap { $0.endpoint == p.endpoint.name && config.session.kind == .user ? $0 : nil }
             var captured: TokenReply? = nil
             if let capture {
                 // A login reply is judged as a token reply: OAuth2's has no code at all.
