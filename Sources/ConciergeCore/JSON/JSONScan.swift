@@ -136,6 +136,8 @@ public enum JSONScan {
                 index += 1
                 return true
             }
+            // Duplicate keys: the parser keeps the first, so only the first match stays on the path.
+            var matched = false
             while true {
                 guard index < bytes.count, bytes[index] == UInt8(ascii: "\""), let key = string() else { return false }
                 skipWhitespace()
@@ -143,7 +145,10 @@ public enum JSONScan {
                 index += 1
                 skipWhitespace()
                 var next: Int? = nil
-                if let k = onPath, k < path.count, keyMatches(key, path[k]) { next = k + 1 }
+                if let k = onPath, k < path.count, !matched, keyMatches(key, path[k]) {
+                    next = k + 1
+                    matched = true
+                }
                 guard value(depth: depth, onPath: next) else { return false }
                 skipWhitespace()
                 guard index < bytes.count else { return false }
