@@ -1,4 +1,4 @@
-/// SPEC §3 step 9: reads the business code in a JSON reply and says what it means.
+/// Request path, envelope step: reads the business code in a JSON reply and says what it means.
 public struct EnvelopeReader: Sendable {
     public enum Outcome: Sendable, Equatable {
         /// A success code: cacheable logical success.

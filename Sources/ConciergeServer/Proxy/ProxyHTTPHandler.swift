@@ -4,7 +4,7 @@ import Logging
 import NIOCore
 import NIOHTTP1
 
-/// The proxy listener's per-connection handler (SPEC §3 step 1 and the reply).
+/// The proxy listener's per-connection handler (receiving, and the reply).
 ///
 /// Runs on the connection's event loop. A fresh hot-tier hit is answered right here from
 /// the stored buffer; anything else runs ``ProxyPipeline/handle(_:)`` in a task whose reply
