@@ -4,6 +4,10 @@
 #   sudo make install         # binaries to /usr/local/bin, unit, /etc/concierge/{concierge.yaml,admin.token}
 #   sudo systemctl enable --now concierge
 #   sudo make uninstall       # binaries and unit go; /etc/concierge and the cache state stay
+#   make deb                  # concierge_<version>_amd64.deb: release build with the Swift runtime
+#                             # linked in (--static-swift-stdlib, in .build-release/), dpkg-deb
+#   sudo make test-deb        # install that package here, check it, purge it (CI machines only)
+#   make check-admin-api      # schemathesis + promtool against a live daemon (debug build)
 #
 # Variables:
 #   PREFIX=/usr/local         binaries go to $(DESTDIR)$(PREFIX)/bin; the installed unit's
@@ -27,6 +31,10 @@ SWIFT      ?= swift
 INSTALL    ?= install
 CONFIG_SRC ?= Config/concierge.yaml
 UNIT_SRC   ?= systemd/concierge.service
+# The static release build for the package has its own scratch path, so it never mixes with
+# the dynamically linked .build/release.
+DEB_SCRATCH ?= .build-release
+DEB_OUT     ?= .
 
 CONFDIR    := /etc/concierge
 UNITDIR    := /etc/systemd/system
@@ -37,7 +45,7 @@ BINARIES   := concierge concierge-sample-api
 # systemctl only for a real install (no DESTDIR) by root on a host that runs systemd.
 SYSTEMCTL_OK = [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1
 
-.PHONY: all build install uninstall check-unit test-install bench bench-invalidate help
+.PHONY: all build install uninstall check-unit test-install deb deb-binaries test-deb check-admin-api bench bench-invalidate help
 
 all: build
 
@@ -102,6 +110,19 @@ uninstall:
 
 check-unit:
 	scripts/check-unit.sh
+
+deb-binaries:
+	$(SWIFT) build -c release --static-swift-stdlib --scratch-path $(DEB_SCRATCH) --product concierge
+	$(SWIFT) build -c release --static-swift-stdlib --scratch-path $(DEB_SCRATCH) --product concierge-sample-api
+
+deb: deb-binaries
+	DEB_BUILD_DIR=$(DEB_SCRATCH)/release scripts/build-deb.sh $(DEB_OUT)
+
+test-deb:
+	scripts/test-deb.sh "$$(ls -t $(DEB_OUT)/concierge_*.deb | head -1)"
+
+check-admin-api:
+	scripts/check-admin-api.sh
 
 test-install:
 	scripts/test-install.sh

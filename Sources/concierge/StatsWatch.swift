@@ -86,7 +86,7 @@ struct StatsWatch {
     static func screen(_ sample: Sample, _ previous: Sample?, address: String, interval: Double) -> String {
         let pad = { (s: String, n: Int) in String(repeating: " ", count: max(0, n - s.count)) + s }
         var out = "\u{1B}[H\u{1B}[2J"
-        out += "concierge stats  \(address)  every \(interval)s  \(ISO8601DateFormatter().string(from: Date()))  (Ctrl-C to leave)\n\n"
+        out += "concierge stats  \(address)  every \(String(format: "%g", interval))s  \(ISO8601DateFormatter().string(from: Date()))  (Ctrl-C to leave)\n\n"
         out += "hit ratio  \(percent(hitRatio(sample.values))) overall, \(percent(intervalHitRatio(sample, previous))) in the last interval\n\n"
         out += "counter".padding(toLength: 18, withPad: " ", startingAt: 0) + pad("total", 14) + pad("per second", 14) + "\n"
         for key in keys(sample.values) {

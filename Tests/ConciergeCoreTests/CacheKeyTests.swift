@@ -12,7 +12,7 @@ struct CacheKeyTests {
                       excluding: excluding ?? volatile, userID: user, version: version)
     }
 
-    @Test("the SPEC example: GET https://api.example.com/api/items?limit=10&offset=0 v=1")
+    @Test("the documented example: GET https://api.example.com/api/items?limit=10&offset=0 v=1")
     func specExample() {
         #expect(key(query: "limit=10&offset=0") == "GET https://api.example.com/api/items?limit=10&offset=0 v=1")
         #expect(key(query: "offset=0&limit=10") == "GET https://api.example.com/api/items?limit=10&offset=0 v=1")

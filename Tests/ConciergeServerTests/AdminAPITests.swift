@@ -4,7 +4,7 @@ import Foundation
 import NIOHTTP1
 import Testing
 
-/// The admin API (SPEC §5) against a running daemon.
+/// The admin API (docs/admin-api.md) against a running daemon.
 @Suite("Admin API")
 struct AdminAPITests {
     @Test("every route but /health needs the bearer token; a wrong token is 401")

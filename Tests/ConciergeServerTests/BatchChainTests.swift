@@ -5,7 +5,7 @@ import Foundation
 import NIOHTTP1
 import Testing
 
-/// Batch and chain through the whole pipeline (SPEC §4).
+/// Batch and chain through the whole pipeline.
 @Suite("Batch and chain")
 struct BatchChainTests {
     @Test("four 1-second requests in a batch run concurrently")

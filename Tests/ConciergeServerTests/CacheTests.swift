@@ -4,7 +4,7 @@ import Foundation
 import NIOHTTP1
 import Testing
 
-/// The cache through the whole daemon (SPEC §3 steps 6, 7, 11; §6), against the counting
+/// The cache through the whole daemon (lookup, coalescing, reply headers, storage), against the counting
 /// sample API.
 @Suite("Cache")
 struct CacheTests {

@@ -8,7 +8,7 @@ import NIOHTTP1
 import Synchronization
 import Testing
 
-/// SPEC §8: write-invalidates, validation, unwrap, signing, warning codes, events, hooks.
+/// Pipeline extensions: write-invalidates, validation, unwrap, signing, warning codes, events, hooks.
 @Suite("Pipeline extensions")
 struct ExtensionTests {
     @Test("a write invalidates exactly the named endpoints' entries, not another user's")

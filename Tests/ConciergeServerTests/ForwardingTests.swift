@@ -5,7 +5,7 @@ import NIOCore
 import NIOPosix
 import Testing
 
-/// The proxy listener and forwarding (SPEC §3 steps 1–3, 8, 9): real sample API, real
+/// The proxy listener and forwarding (receive, route, common params, forward, envelope): real sample API, real
 /// daemon, real sockets on ports chosen at run time.
 @Suite("Forwarding")
 struct ForwardingTests {

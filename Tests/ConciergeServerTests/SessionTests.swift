@@ -5,7 +5,7 @@ import Foundation
 import NIOHTTP1
 import Testing
 
-/// Login guard, injection, capture, refresh-and-replay and logout (SPEC §3 steps 4, 5, 9, 10).
+/// Login guard, injection, capture, refresh-and-replay and logout.
 @Suite("Session")
 struct SessionTests {
     @Test("login: required without a session is answered locally; the upstream is not called")

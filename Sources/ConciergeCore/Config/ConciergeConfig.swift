@@ -1,6 +1,6 @@
 import Foundation
 
-/// The whole validated configuration (SPEC §2). Built only by ``ConfigLoader``, so every
+/// The whole validated configuration (docs/configuration.md). Built only by ``ConfigLoader``, so every
 /// value here has passed validation: upstream names exist, regexes compile, durations parse.
 public struct ConciergeConfig: Sendable {
     public var listen: Listen
@@ -164,7 +164,7 @@ public struct ConciergeConfig: Sendable {
         public var requests: Bool
     }
 
-    /// Request limits of the proxy listener (SPEC §3 step 1) and batch concurrency.
+    /// Request limits of the proxy listener (`limits:`) and batch concurrency.
     public struct Limits: Sendable {
         public var maxHeaderBytes: Int
         public var maxBodyBytes: Int
@@ -229,7 +229,7 @@ public enum InjectionPoint: Sendable, Hashable {
     case body(field: String)
 }
 
-/// Request-signing settings (SPEC §8).
+/// Request-signing settings (`signing:` and `endpoints[].sign`).
 public struct SigningConfig: Sendable {
     public enum Algorithm: String, Sendable, CaseIterable {
         case hmacSHA256 = "hmac-sha256"

@@ -1,11 +1,11 @@
 import Foundation
 import Yams
 
-/// Reads and validates a configuration file (SPEC §2). The whole schema lives here: every
+/// Reads and validates a configuration file (docs/configuration.md). The whole schema lives here: every
 /// key, its default and its check. Unknown keys, wrong types, bad durations/sizes/regexes
 /// and dangling names are reported with their key path and line.
 public enum ConfigLoader {
-    /// Events that `hooks[].events` may name (SPEC §8).
+    /// Events that `hooks[].events` may name.
     public static let eventNames: Set<String> = [
         "session.login", "session.refreshed", "session.logout", "session.refresh_throttled", "warning", "cache.invalidated",
         "upstream.down", "upstream.up", "environment.changed", "*",

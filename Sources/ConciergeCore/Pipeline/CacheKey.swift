@@ -1,4 +1,4 @@
-/// The documented, human-readable cache key (SPEC §3):
+/// The documented, human-readable cache key (docs/configuration.md):
 ///
 ///     METHOD SP upstream-base-URL path ["?" sorted-params] [SP "user=" id] SP "v=" version
 ///

@@ -1,4 +1,4 @@
-/// SPEC §3 step 3: adds `common.headers` and `common.params`. A value the client sent
+/// Request path, common params: adds `common.headers` and `common.params`. A value the client sent
 /// itself wins, so an app can still override one for a single call.
 public struct CommonParamsStep: Sendable {
     public let common: ConciergeConfig.Common

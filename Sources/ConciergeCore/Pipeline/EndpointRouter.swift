@@ -1,4 +1,4 @@
-/// SPEC §3 step 2: the first endpoint whose `match` fits method and path, else the
+/// Request path, routing: the first endpoint whose `match` fits method and path, else the
 /// pass-through policy.
 public struct EndpointRouter: Sendable {
     public let endpoints: [EndpointPolicy]

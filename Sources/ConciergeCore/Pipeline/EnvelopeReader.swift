@@ -1,4 +1,4 @@
-/// SPEC §3 step 9 and §9: reads the business code in a JSON reply and says what it means.
+/// Request path, envelope step: reads the business code in a JSON reply and says what it means.
 ///
 /// Codes are read on every reply below 500, whatever its HTTP status: a refresh code on a
 /// 400 is an expiry signal, a success code on a 4xx is still not a success (only a 2xx can

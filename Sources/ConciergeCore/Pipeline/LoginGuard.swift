@@ -1,4 +1,4 @@
-/// SPEC §3 step 4: an endpoint with `login: required` is answered locally with
+/// Request path, login guard: an endpoint with `login: required` is answered locally with
 /// `not_logged_in` when there is no session; the upstream is never called.
 public struct LoginGuard: Sendable {
     public init() {}

@@ -1,7 +1,7 @@
 import Crypto
 import Foundation
 
-/// SPEC §8 request signing: timestamp and nonce added, then a signature over the canonical
+/// Request signing: timestamp and nonce added, then a signature over the canonical
 /// sorted params (the cache key's form, signature excluded) where the params go.
 public struct RequestSigner: Sendable {
     public let config: SigningConfig

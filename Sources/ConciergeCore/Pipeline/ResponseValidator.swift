@@ -1,4 +1,4 @@
-/// SPEC §8 `validate:`: checks that a success reply has the declared shape.
+/// `validate:`: checks that a success reply has the declared shape.
 public struct ResponseValidator: Sendable {
     public let rules: [(path: String, type: EndpointPolicy.ExpectedType)]
 

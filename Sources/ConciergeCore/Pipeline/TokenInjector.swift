@@ -1,4 +1,4 @@
-/// SPEC §3 step 5: puts the access token in every place `session.inject` names, replacing
+/// Request path, token injection: puts the access token in every place `session.inject` names, replacing
 /// whatever the client sent there.
 public struct TokenInjector: Sendable {
     public let points: [InjectionPoint]

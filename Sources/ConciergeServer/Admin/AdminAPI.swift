@@ -6,8 +6,8 @@ import Hummingbird
 import Logging
 import NIOCore
 
-/// Every admin route of SPEC §5 in one router. All but `/health` need
-/// `Authorization: Bearer <token>`, compared in constant time.
+/// Every admin route (docs/admin-api.md, docs/openapi.yaml) in one router. All but `/health` and
+/// `/openapi.yaml` need `Authorization: Bearer <token>`, compared in constant time.
 struct AdminAPI: Sendable {
     let control: ConciergeDaemon
     let token: String

@@ -2,7 +2,7 @@ import ConciergeCore
 import Foundation
 import Synchronization
 
-/// One event of SPEC §8 (`session.login`, `upstream.down`, …).
+/// One event of the events stream and hooks (`session.login`, `upstream.down`, …).
 public struct ConciergeEvent: Sendable {
     public var id: Int
     public var type: String

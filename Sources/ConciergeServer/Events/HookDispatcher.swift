@@ -4,7 +4,7 @@ import Logging
 import NIOCore
 import NIOHTTP1
 
-/// POSTs matching events as JSON to the `hooks:` URLs (SPEC §8), off the request path:
+/// POSTs matching events as JSON to the `hooks:` URLs, off the request path:
 /// each delivery is its own task, with a 5 s timeout and up to 3 attempts (0.5 s, 1 s
 /// apart). A dead hook never blocks anything.
 final class HookDispatcher: Sendable {

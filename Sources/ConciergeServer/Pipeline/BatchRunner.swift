@@ -3,7 +3,7 @@ import Foundation
 import NIOCore
 import NIOHTTP1
 
-/// SPEC §4: batch (concurrent, bounded, `all` or `fail_fast`) and chain (sequential with
+/// Batch (concurrent, bounded, `all` or `fail_fast`) and chain (sequential with
 /// `{{stepId.path}}` templates). Every sub-request runs the whole pipeline as if the client
 /// had sent it alone.
 struct BatchRunner: Sendable {

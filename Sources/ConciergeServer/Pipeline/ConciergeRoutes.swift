@@ -3,7 +3,7 @@ import Foundation
 import NIOCore
 import NIOHTTP1
 
-/// Concierge's own routes on the proxy listener, under `/_concierge/` (SPEC §4, §8):
+/// Concierge's own routes on the proxy listener, under `/_concierge/` (batch, chain, events):
 /// batch, chain and the events stream.
 struct ConciergeRoutes: Sendable {
     static let prefix = "/_concierge/"

@@ -7,7 +7,7 @@ import NIOCore
 import NIOHTTP1
 import Synchronization
 
-/// The request pipeline of SPEC §3, in order, in one place:
+/// The request pipeline (docs/architecture.md), in order, in one place:
 ///
 /// receive → route → common params → login guard → (cache key) → cache lookup / coalesce
 /// → inject token → sign → forward → envelope → refresh-and-replay or logout → capture
@@ -696,7 +696,7 @@ public final class ProxyPipeline: Sendable {
 }
 
 /// Concurrent misses on one key make one upstream call; the others wait for its result
-/// (SPEC §3 step 7). The first caller does the work inline (no extra task); callers that
+/// (coalescing). The first caller does the work inline (no extra task); callers that
 /// arrive while it runs are parked and handed the same result.
 ///
 /// - Important: a leader cancelled mid-call (a `fail_fast` batch) hands its cancelled

@@ -5,7 +5,7 @@ import NIOCore
 import NIOHTTP1
 import Synchronization
 
-/// Why a client's request body did not arrive whole (SPEC §10 framing).
+/// Why a client's request body did not arrive whole (docs/hardening.md, framing).
 enum ClientBodyFailure: Error, Sendable {
     /// Cut short (EOF mid-body) or malformed (bad chunk): 400.
     case malformed(String)
@@ -32,7 +32,8 @@ final class ClientBodyOutcome: Sendable {
     var failed: ClientBodyFailure? { failure.withLock { $0 } }
 }
 
-/// The proxy listener's per-connection handler (SPEC §3 step 1, §10, and the reply).
+/// The proxy listener's per-connection handler (receiving, the checks of docs/hardening.md,
+/// and the reply).
 ///
 /// Runs on the connection's event loop. Checks the head (size, method, target, `Host`,
 /// transfer coding, declared length), answers `Expect: 100-continue`, drops header names

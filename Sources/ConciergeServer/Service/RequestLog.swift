@@ -2,7 +2,7 @@ import ConciergeCore
 import Foundation
 import Logging
 
-/// One line per request (SPEC §7): method, path with tokens masked, status, business code,
+/// One line per request (docs/operations.md): method, path with tokens masked, status, business code,
 /// cache status, upstream and total milliseconds, replays; the request as a `curl` line at
 /// debug level.
 public struct RequestLog: Sendable {
