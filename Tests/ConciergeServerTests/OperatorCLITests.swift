@@ -27,10 +27,11 @@ struct OperatorCLITests {
 
             _ = try await rig.get("/api/items?limit=1")  // MISS
             _ = try await rig.get("/api/items?limit=1")  // HIT
-            #expect(await eventually { lines().contains { $0.contains(" hits=1 ") && $0.contains(" misses=1 ") } })
-            let line = try #require(lines().first { $0.contains(" hits=1 ") && $0.contains(" misses=1 ") })
+            // The entry count follows once the cache writer has committed: wait for that line.
+            @Sendable func counted(_ line: Substring) -> Bool { line.contains(" hits=1 ") && line.contains(" misses=1 ") && line.contains("entries=1") }
+            #expect(await eventually { lines().contains(where: counted) })
+            let line = try #require(lines().first(where: counted))
             #expect(line.contains("hit_ratio=50.0%"))
-            #expect(line.contains("entries=1"))
             #expect(!line.contains("requests_per_s=-"))
             #expect(!line.contains("entries_per_s"))
             #expect(!watcher.output.contains("\u{1B}["))
