@@ -339,13 +339,12 @@ public final class ProxyPipeline: Sendable {
 
             if let stale = token, config.session.refreshOnStatus.contains(response.status) {
                 // An expiry signal by HTTP status (OAuth2's 401): renew and replay.
-                switch await renew(p, replacing: stale, replays: replays, maxReplays: maxReplays, upstreamTime: upstreamTotal) {
+                switch await renew(p, replacing: stale, replays: replays, maxReplays: maxReplays, upstreamTime: upstreamTotal, upstreamReply: reply) {
                 case .replay(let fresh):
                     token = fresh
                     replays += 1
                     continue
-                case .reply(let local): return ExchangeOutcome(result: ExchangeResult(reply: local), storable: nil)
-                case .passOn: return ExchangeOutcome(result: ExchangeResult(reply: reply), storable: nil)
+                case .finish(let outcome): return outcome
                 }
             }
 
@@ -394,13 +393,12 @@ public final class ProxyPipeline: Sendable {
 
             case .refresh:
                 guard let stale = token else { return ExchangeOutcome(result: ExchangeResult(reply: reply), storable: nil) }
-                switch await renew(p, replacing: stale, replays: replays, maxReplays: maxReplays, upstreamTime: upstreamTotal) {
+                switch await renew(p, replacing: stale, replays: replays, maxReplays: maxReplays, upstreamTime: upstreamTotal, upstreamReply: reply) {
                 case .replay(let fresh):
                     token = fresh
                     replays += 1
                     continue
-                case .reply(let local): return ExchangeOutcome(result: ExchangeResult(reply: local), storable: nil)
-                case .passOn: return ExchangeOutcome(result: ExchangeResult(reply: reply), storable: nil)
+                case .finish(let outcome): return outcome
                 }
 
             case .logout(let code):
@@ -477,19 +475,21 @@ public final class ProxyPipeline: Sendable {
     }
 
     enum Renewal: Sendable {
+        /// Send again with this token.
         case replay(String)
-        case reply(ProxyReply)
-        /// No more replays: pass the upstream's reply on.
-        case passOn
+        /// Answer now: a local reply (not logged in, unavailable), or, after the last replay,
+        /// the upstream's own reply.
+        case finish(ExchangeOutcome)
     }
 
     /// An expiry signal (refresh code or `refresh_on_status`) on a request that carried
     /// `stale`: one renewal through the single flight, then a replay, at most `maxReplays` times.
-    func renew(_ p: Prepared, replacing stale: String, replays: Int, maxReplays: Int, upstreamTime: Duration) async -> Renewal {
+    func renew(_ p: Prepared, replacing stale: String, replays: Int, maxReplays: Int, upstreamTime: Duration,
+               upstreamReply: ProxyReply) async -> Renewal {
         let config = p.config.config
         guard replays < maxReplays else {
             logger.warning("token still expired after the last replay", metadata: ["endpoint": "\(p.endpoint.name)", "replays": "\(replays)"])
-            return .passOn
+            return .finish(ExchangeOutcome(result: ExchangeResult(reply: upstreamReply), storable: nil))
         }
         var local: ProxyReply
         switch await refresher.freshToken(replacing: stale) {
@@ -501,7 +501,7 @@ public final class ProxyPipeline: Sendable {
         case .unavailable, .throttled: local = unavailableReply(config)
         }
         decorate(&local, p, replays: replays, upstreamTime: upstreamTime)
-        return .reply(local)
+        return .finish(ExchangeOutcome(result: ExchangeResult(reply: local), storable: nil))
     }
 
     func notLoggedInReply(_ config: ConciergeConfig) -> ProxyReply {
