@@ -177,24 +177,12 @@ public func eventually(_ limit: Duration = .seconds(5), _ condition: @Sendable (
 }
 
 extension ConciergeTestRig {
-    /// Starts a rig with `${VAR}` values from `environment`, runs `body`, and always stops the rig.
-    public static func with(endpoints: String, extra: String, apiConfiguration: SampleAPIConfiguration,
-                            environment: [String: String], _ body: (ConciergeTestRig) async throws -> Void) async throws {
-        let rig = try await start(endpoints: endpoints, extra: extra, apiConfiguration: apiConfiguration, environment: environment)
-        do {
-            try await body(rig)
-            await rig.stop()
-        } catch {
-            await rig.stop()
-            throw error
-        }
-    }
-
-    /// Starts a rig, runs `body`, and always stops the rig, whether `body` throws or not.
+    /// Starts a rig (with `${VAR}` values from `environment`), runs `body`, and always stops
+    /// the rig, whether `body` throws or not.
     public static func with(endpoints: String? = nil, extra: String = "", api: RunningSampleAPI? = nil,
-                            apiConfiguration: SampleAPIConfiguration = .init(),
+                            apiConfiguration: SampleAPIConfiguration = .init(), environment: [String: String] = [:],
                             _ body: (ConciergeTestRig) async throws -> Void) async throws {
-        let rig = try await start(endpoints: endpoints, extra: extra, api: api, apiConfiguration: apiConfiguration)
+        let rig = try await start(endpoints: endpoints, extra: extra, api: api, apiConfiguration: apiConfiguration, environment: environment)
         do {
             try await body(rig)
             await rig.stop()
