@@ -147,32 +147,12 @@ struct ForwardingTests {
 
 /// Sends raw bytes over a fresh TCP connection and returns what came back (up to 64 KB, 5 s).
 enum RawHTTP {
+    /// Sends raw bytes and returns the first chunk the server answers ("" when it closes or
+    /// stays silent for 5 s), through ``RawSocket`` so no concurrency thread blocks.
     static func send(_ text: String, port: Int) async throws -> String {
-        try await withTimeout(.seconds(5)) {
-            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            guard fd >= 0 else { return "" }
-            defer { close(fd) }
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_port = in_port_t(UInt16(port).bigEndian)
-            address.sin_addr.s_addr = inet_addr("127.0.0.1")
-            var tv = timeval(tv_sec: 5, tv_usec: 0)
-            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-            let connected = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-            }
-            guard connected == 0 else { return "" }
-            let bytes = Array(text.utf8)
-            var sent = 0
-            while sent < bytes.count {
-                let n = bytes[sent...].withUnsafeBytes { Foundation.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-                if n <= 0 { break }
-                sent += n
-            }
-            var buffer = [UInt8](repeating: 0, count: 65536)
-            let n = recv(fd, &buffer, buffer.count, 0)
-            return n > 0 ? String(decoding: buffer[0..<n], as: UTF8.self) : ""
-        }
+        let socket = try RawSocket(port: port, timeout: .seconds(5))
+        socket.send(text)
+        return await socket.receive { !$0.isEmpty }
     }
 }
 
