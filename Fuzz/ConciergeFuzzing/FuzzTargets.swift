@@ -79,7 +79,7 @@ public enum FuzzTargets {
         guard HTTPFieldSyntax.isOriginFormTarget(target) else { return }
         func key(_ target: String) -> String {
             var request = ProxyRequest(method: "POST", target: target, body: RequestBody.parse(body, contentType: contentType))
-            request.headers.add("Content-Type", contentType ?? "")
+            request.headers.add(name: "Content-Type", value: contentType ?? "")
             let params = request.query + (request.paramsGoInQuery ? [] : request.body.params)
             return CacheKey.make(method: request.method, upstreamBaseURL: "http://u", path: request.path, params: params,
                                  excluding: ["timestamp"], userID: "user 1", version: 1)

@@ -1,5 +1,6 @@
 import Foundation
 import NIOCore
+import NIOHTTP1
 
 /// One stored reply: what a cache hit answers with, and the windows it may be served in.
 public struct CacheEntry: Sendable {
@@ -8,7 +9,7 @@ public struct CacheEntry: Sendable {
     public var userID: String?
     public var status: Int
     /// Reply headers kept with the body (content type and the like; no hop-by-hop fields).
-    public var headers: [(name: String, value: String)]
+    public var headers: HTTPHeaders
     public var body: ByteBuffer
     /// Unix seconds when the upstream reply was stored.
     public var storedAt: Double
@@ -17,7 +18,7 @@ public struct CacheEntry: Sendable {
     public var staleIfError: Double
     public var version: Int
 
-    public init(key: String, endpoint: String, userID: String?, status: Int, headers: [(name: String, value: String)],
+    public init(key: String, endpoint: String, userID: String?, status: Int, headers: HTTPHeaders,
                 body: ByteBuffer, storedAt: Double, ttl: Double, staleWhileRevalidate: Double, staleIfError: Double, version: Int) {
         self.key = key
         self.endpoint = endpoint

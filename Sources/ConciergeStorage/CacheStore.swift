@@ -3,6 +3,7 @@ import Foundation
 import GRDB
 import Logging
 import NIOCore
+import NIOHTTP1
 import Synchronization
 import GRDBSQLite
 
@@ -127,7 +128,7 @@ public final class CacheStore: Sendable {
         }
         let body: Data = row["body"] ?? Data()
         return CacheEntry(key: row["key"], endpoint: row["endpoint"], userID: row["user_id"], status: row["status"],
-                          headers: pairs.compactMap { $0.count == 2 ? ($0[0], $0[1]) : nil },
+                          headers: HTTPHeaders(pairs.compactMap { $0.count == 2 ? ($0[0], $0[1]) : nil }),
                           body: ByteBuffer(bytes: body), storedAt: row["stored_at"], ttl: row["ttl"],
                           staleWhileRevalidate: row["swr"], staleIfError: row["sie"], version: row["version"])
     }

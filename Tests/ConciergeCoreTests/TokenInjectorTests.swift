@@ -1,4 +1,5 @@
 @testable import ConciergeCore
+import NIOHTTP1
 import Testing
 
 @Suite("TokenInjector")
@@ -27,18 +28,18 @@ struct TokenInjectorTests {
     @Test("header injection uses the format 'Bearer {access_token}' and replaces the client's header case-insensitively")
     func headerFormat() {
         var request = ProxyRequest(method: "GET", path: "/api/user/info",
-                                   headers: HeaderFields([("authorization", "Bearer client"), ("Accept", "application/json")]))
+                                   headers: HTTPHeaders([("authorization", "Bearer client"), ("Accept", "application/json")]))
         TokenInjector(points: [.header(name: "Authorization", format: "Bearer {access_token}")]).inject("tok123", into: &request)
-        #expect(request.headers["Authorization"] == "Bearer tok123")
-        #expect(request.headers.fields.filter { $0.name.lowercased() == "authorization" }.count == 1)
-        #expect(request.headers["accept"] == "application/json")
+        #expect(request.headers.first(name: "Authorization") == "Bearer tok123")
+        #expect(request.headers["authorization"].count == 1)
+        #expect(request.headers.first(name: "accept") == "application/json")
     }
 
     @Test("header injection with the bare format puts the token alone")
     func headerBare() {
         var request = ProxyRequest(method: "GET", path: "/x")
         TokenInjector(points: [.header(name: "X-Token", format: "{access_token}")]).inject("abc", into: &request)
-        #expect(request.headers["x-token"] == "abc")
+        #expect(request.headers.first(name: "x-token") == "abc")
     }
 
     @Test("body injection sets the field in a form body, replacing the client's value")
@@ -91,7 +92,7 @@ struct TokenInjectorTests {
         let injector = TokenInjector(points: [.query(name: "t"), .header(name: "Authorization", format: "Bearer {access_token}")])
         injector.inject("tok", into: &request)
         #expect(request.query == [Param("t", "tok")])
-        #expect(request.headers["authorization"] == "Bearer tok")
+        #expect(request.headers.first(name: "authorization") == "Bearer tok")
     }
 
     @Test("paramNames lists query and body names; headerNames lists headers")
@@ -108,7 +109,7 @@ struct TokenInjectorTests {
                                               .body(field: "token")])
         #expect(!injector.carriesToken(ProxyRequest(method: "GET", target: "/x?a=1")))
         #expect(injector.carriesToken(ProxyRequest(method: "GET", target: "/x?accessToken=1")))
-        #expect(injector.carriesToken(ProxyRequest(method: "GET", path: "/x", headers: HeaderFields([("AUTHORIZATION", "x")]))))
+        #expect(injector.carriesToken(ProxyRequest(method: "GET", path: "/x", headers: HTTPHeaders([("AUTHORIZATION", "x")]))))
         #expect(injector.carriesToken(ProxyRequest(method: "POST", path: "/x", body: .form([Param("token", "t")]))))
         #expect(injector.carriesToken(ProxyRequest(method: "POST", path: "/x", body: jsonBody(#"{"token":"t"}"#))))
         #expect(!injector.carriesToken(ProxyRequest(method: "POST", path: "/x", body: jsonBody(#"{"other":"t"}"#))))

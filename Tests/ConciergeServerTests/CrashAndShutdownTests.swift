@@ -6,6 +6,7 @@ import Foundation
 import GRDB
 import Logging
 import NIOCore
+import NIOHTTP1
 import Synchronization
 import Testing
 
@@ -122,7 +123,7 @@ struct CrashAndShutdownTests {
             let now = Date().timeIntervalSince1970
             for i in 0..<1920 {
                 cache.store(CacheEntry(key: "GET http://127.0.0.1:\(api.port)/api/items?fill=\(i) v=1", endpoint: "items", userID: nil, status: 200,
-                                       headers: [("Content-Type", "application/json")], body: body, storedAt: now, ttl: 3600,
+                                       headers: ["Content-Type": "application/json"], body: body, storedAt: now, ttl: 3600,
                                        staleWhileRevalidate: 0, staleIfError: 0, version: 1))
                 if i % 64 == 63 { await cache.flush() }
             }

@@ -3,6 +3,7 @@ import ConciergeCore
 import Foundation
 import Logging
 import NIOCore
+import NIOHTTP1
 import Synchronization
 
 /// A fresh directory under the system temporary directory; call ``remove()`` when done.
@@ -68,7 +69,7 @@ func makeEntry(key: String, endpoint: String = "itemList", user: String? = nil, 
     } else {
         body = ByteBuffer(string: bodyText ?? #"{"code":200,"data":{"key":"\#(key)"}}"#)
     }
-    return CacheEntry(key: key, endpoint: endpoint, userID: user, status: 200, headers: headers, body: body, storedAt: storedAt,
+    return CacheEntry(key: key, endpoint: endpoint, userID: user, status: 200, headers: HTTPHeaders(headers), body: body, storedAt: storedAt,
                       ttl: ttl, staleWhileRevalidate: swr, staleIfError: sie, version: version)
 }
 

@@ -1,4 +1,5 @@
 import Foundation
+import NIOHTTP1
 
 /// The whole validated configuration (docs/configuration.md). Built only by ``ConfigLoader``, so every
 /// value here has passed validation: upstream names exist, regexes compile, durations parse.
@@ -62,7 +63,7 @@ public struct ConciergeConfig: Sendable {
     }
 
     public struct Common: Sendable {
-        public var headers: [(name: String, value: String)]
+        public var headers: HTTPHeaders
         public var params: [(name: String, value: String)]
     }
 
@@ -143,7 +144,7 @@ public struct ConciergeConfig: Sendable {
         /// How `body` is sent (default JSON).
         public var encoding: Encoding = .json
         /// Extra request headers; values templated like `body`.
-        public var headers: [(name: String, value: String)] = []
+        public var headers = HTTPHeaders()
         /// Query parameters; values templated like `body`.
         public var query: [(name: String, value: String)] = []
         /// Path of the token lifetime in seconds in the reply.

@@ -1,4 +1,5 @@
 import Foundation
+import NIOHTTP1
 import Yams
 
 /// Reads and validates a configuration file (docs/configuration.md). The whole schema lives here: every
@@ -167,7 +168,7 @@ public enum ConfigLoader {
         }
 
         // common
-        var common = ConciergeConfig.Common(headers: [], params: [])
+        var common = ConciergeConfig.Common(headers: HTTPHeaders(), params: [])
         if let node = top["common"], let m = r.mapping(node, "common", allowed: ["headers", "params"]) {
             if let n = m["headers"] {
                 for (k, v) in r.pairs(n, "common.headers") {
@@ -175,7 +176,7 @@ public enum ConfigLoader {
                     if let problem = HTTPFieldSyntax.problem(name: k, value: s) {
                         r.fail("common.headers.\(HTTPFieldSyntax.printable(k))", v, problem)
                     } else {
-                        common.headers.append((k, s))
+                        common.headers.add(name: k, value: s)
                     }
                 }
             }
@@ -545,7 +546,7 @@ public enum ConfigLoader {
                 if let problem = HTTPFieldSyntax.problem(name: k, value: s) {
                     r.fail("\(path).headers.\(HTTPFieldSyntax.printable(k))", hv, problem)
                 } else {
-                    t.headers.append((k, s))
+                    t.headers.add(name: k, value: s)
                 }
             }
         }

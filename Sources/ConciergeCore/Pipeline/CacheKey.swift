@@ -29,3 +29,34 @@ public enum CacheKey {
         return key
     }
 }
+
+/// Whose entry a cacheable request reads and writes (SPEC §5, scopes): the decision beside
+/// the key it feeds.
+public enum CacheScope: Sendable, Equatable {
+    /// One entry for every client.
+    case shared
+    /// One entry per user (the key carries `user=`).
+    case user(String)
+    /// A token Concierge cannot attribute to a user: never shared, so never stored.
+    case notStorable
+
+    /// - Parameters:
+    ///   - injects: Concierge injects its own token into this request.
+    ///   - appToken: the session is an app token (`session.app_token`): one for everyone.
+    ///   - session: the current user session, if any.
+    ///   - clientToken: the client sent a token of its own in an injection point.
+    public static func of(_ endpoint: EndpointPolicy, injects: Bool, appToken: Bool, session: SessionTokens?,
+                          clientToken: Bool) -> CacheScope {
+        if endpoint.cache.scope == .shared, endpoint.scopeIsExplicit { return .shared }
+        if appToken, injects { return .shared }
+        if let session, injects { return .user(session.cacheUser) }
+        if clientToken || endpoint.cache.scope == .user { return .notStorable }
+        return .shared
+    }
+
+    /// The `user=` part of the key.
+    public var userID: String? {
+        if case .user(let id) = self { return id }
+        return nil
+    }
+}

@@ -8,8 +8,8 @@ public struct CommonParamsStep: Sendable {
     }
 
     public func apply(to request: inout ProxyRequest) {
-        for header in common.headers where !request.headers.contains(header.name) {
-            request.headers.add(header.name, header.value)
+        for header in common.headers where !request.headers.contains(name: header.name) {
+            request.headers.add(name: header.name, value: header.value)
         }
         for param in common.params {
             request.setParam(param.name, param.value, onlyIfAbsent: true)

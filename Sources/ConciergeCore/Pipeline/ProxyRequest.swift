@@ -1,46 +1,4 @@
-/// A case-insensitive, order-keeping list of HTTP header fields.
-public struct HeaderFields: Sendable, Sequence {
-    public private(set) var fields: [(name: String, value: String)]
-
-    public init(_ fields: [(name: String, value: String)] = []) {
-        self.fields = fields
-    }
-
-    public subscript(name: String) -> String? {
-        fields.first { $0.name.caseInsensitiveEquals(name) }?.value
-    }
-
-    public func contains(_ name: String) -> Bool { self[name] != nil }
-
-    public mutating func add(_ name: String, _ value: String) {
-        fields.append((name, value))
-    }
-
-    /// Replaces every field of that name with one field.
-    public mutating func replace(_ name: String, _ value: String) {
-        remove(name)
-        fields.append((name, value))
-    }
-
-    public mutating func remove(_ name: String) {
-        fields.removeAll { $0.name.caseInsensitiveEquals(name) }
-    }
-
-    public func makeIterator() -> IndexingIterator<[(name: String, value: String)]> {
-        fields.makeIterator()
-    }
-}
-
-extension String {
-    @inlinable
-    func caseInsensitiveEquals(_ other: String) -> Bool {
-        let a = self.utf8, b = other.utf8
-        guard a.count == b.count else { return false }
-        return zip(a, b).allSatisfy { x, y in
-            x == y || (x | 0x20 == y | 0x20 && (x | 0x20) >= UInt8(ascii: "a") && (x | 0x20) <= UInt8(ascii: "z"))
-        }
-    }
-}
+import NIOHTTP1
 
 /// One name/value parameter, decoded (not percent-encoded).
 public struct Param: Sendable, Hashable {
@@ -141,10 +99,10 @@ public struct ProxyRequest: Sendable {
     /// The path as received (still percent-encoded), without the query.
     public var path: String
     public var query: [Param]
-    public var headers: HeaderFields
+    public var headers: HTTPHeaders
     public var body: RequestBody
 
-    public init(method: String, path: String, query: [Param] = [], headers: HeaderFields = HeaderFields(), body: RequestBody = .empty) {
+    public init(method: String, path: String, query: [Param] = [], headers: HTTPHeaders = HTTPHeaders(), body: RequestBody = .empty) {
         self.method = method
         self.path = path
         self.query = query
@@ -153,7 +111,7 @@ public struct ProxyRequest: Sendable {
     }
 
     /// Splits a request target (`/api/items?limit=10`) into path and decoded query.
-    public init(method: String, target: String, headers: HeaderFields = HeaderFields(), body: RequestBody = .empty) {
+    public init(method: String, target: String, headers: HTTPHeaders = HTTPHeaders(), body: RequestBody = .empty) {
         if let q = target.firstIndex(of: "?") {
             self.init(method: method, path: String(target[..<q]),
                       query: QueryString.parse(String(target[target.index(after: q)...])), headers: headers, body: body)

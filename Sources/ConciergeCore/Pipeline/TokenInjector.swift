@@ -29,7 +29,7 @@ public struct TokenInjector: Sendable {
         for point in points {
             switch point {
             case .query(let name): if request.query.contains(where: { $0.name == name }) { return true }
-            case .header(let name, _): if request.headers.contains(name) { return true }
+            case .header(let name, _): if request.headers.contains(name: name) { return true }
             case .body(let field): if request.body.value(of: field) != nil { return true }
             }
         }
@@ -43,7 +43,7 @@ public struct TokenInjector: Sendable {
                 request.query.removeAll { $0.name == name }
                 request.query.append(Param(name, token))
             case .header(let name, let format):
-                request.headers.replace(name, format.replacingOccurrences(of: "{access_token}", with: token))
+                request.headers.replaceOrAdd(name: name, value: format.replacingOccurrences(of: "{access_token}", with: token))
             case .body(let field):
                 if request.paramsGoInQuery || !request.body.set(field, .string(token)) {
                     // An opaque body cannot take a field; fall back to the query.

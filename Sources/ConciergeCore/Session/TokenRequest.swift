@@ -1,3 +1,5 @@
+import NIOHTTP1
+
 /// The HTTP request for a token call (`session.refresh` or `session.app_token`), built from
 /// its configuration with `{refresh_token}` / `{access_token}` filled in: body as JSON or as
 /// a form (RFC 6749 token endpoints take only forms), templated headers and query.
@@ -8,15 +10,10 @@ public struct TokenRequest: Sendable, Equatable {
     public var method: String
     /// `path?query`, to append to the upstream's base URL.
     public var target: String
-    public var headers: [Header]
+    public var headers: HTTPHeaders
     public var body: [UInt8]?
     /// Path only: the one part that may be logged.
     public var path: String
-
-    public struct Header: Sendable, Equatable {
-        public var name: String
-        public var value: String
-    }
 
     public init(_ endpoint: ConciergeConfig.TokenEndpoint, refreshToken: String?, accessToken: String?) {
         let values = ["refresh_token": refreshToken ?? "", "access_token": accessToken ?? ""]
@@ -28,15 +25,15 @@ public struct TokenRequest: Sendable, Equatable {
             target += (target.contains("?") ? "&" : "?") + QueryString.encode(query)
         }
         self.target = target
-        headers = [Header(name: "Accept", value: "application/json")]
+        headers = ["Accept": "application/json"]
         if let template = endpoint.body {
             let filled = Self.fill(template, values)
             switch endpoint.encoding {
             case .json:
-                headers.append(Header(name: "Content-Type", value: "application/json"))
+                headers.add(name: "Content-Type", value: "application/json")
                 body = filled.serializedBytes
             case .form:
-                headers.append(Header(name: "Content-Type", value: "application/x-www-form-urlencoded"))
+                headers.add(name: "Content-Type", value: "application/x-www-form-urlencoded")
                 var fields: [Param] = []
                 if case .object(let members) = filled {
                     for name in members.keys.sorted() where members[name] != .null {
@@ -48,8 +45,7 @@ public struct TokenRequest: Sendable, Equatable {
         }
         for header in endpoint.headers {
             let value = Self.fill(header.value, values)
-            headers.removeAll { $0.name.lowercased() == header.name.lowercased() }
-            headers.append(Header(name: header.name, value: value))
+            headers.replaceOrAdd(name: header.name, value: value)
         }
     }
 

@@ -25,7 +25,7 @@ struct AdminAPI: Sendable {
         router.get("/openapi.yaml") { _, _ in AdminOpenAPI.response() }
         router.get("/metrics") { _, _ in
             control.refreshCacheGauges()
-            let text = control.stats.registry.emitToBuffer()
+            let text = control.stats.prometheusText()
             return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(bytes: text)))
         }
         router.get("/stats") { _, _ in
@@ -94,7 +94,7 @@ struct AdminAPI: Sendable {
             return json(control.sessionDescription())
         }
         router.delete("/session") { _, _ in
-            let dropped = await control.pipeline.sessionLogout.perform(ifAccessToken: nil, reason: "admin")
+            let dropped = await control.lifecycle.logout(ifAccessToken: nil, reason: "admin")
             return json(["logged_out": .bool(dropped != nil)])
         }
         router.get("/environment") { _, _ in

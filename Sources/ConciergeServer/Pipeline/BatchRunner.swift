@@ -8,7 +8,7 @@ import NIOHTTP1
 /// had sent it alone.
 struct BatchRunner: Sendable {
     let pipeline: ProxyPipeline
-    let log: @Sendable (IncomingRequest, ProxyReply, ContinuousClock.Instant) -> Void
+    let log: @Sendable (IncomingRequest, ProxyAnswer, ContinuousClock.Instant) -> Void
 
     // MARK: Running one step
 
@@ -30,9 +30,10 @@ struct BatchRunner: Sendable {
                                clientAddress: parent.clientAddress, isSubRequest: true)
     }
 
-    func run(_ request: IncomingRequest) async -> (reply: ProxyReply, body: ByteBuffer) {
+    func run(_ request: IncomingRequest) async -> (answer: ProxyAnswer, body: ByteBuffer) {
         let started = ContinuousClock.now
-        var reply = await pipeline.handle(request)
+        var answer = await pipeline.handle(request)
+        var reply = answer.reply
         var body = ByteBuffer()
         switch reply.body {
         case .buffer(let b): body = b
@@ -56,11 +57,13 @@ struct BatchRunner: Sendable {
             body = reply.bufferedBody ?? ByteBuffer()
         }
         reply.body = .buffer(body)
-        log(request, reply, started)
-        return (reply, body)
+        answer.reply = reply
+        log(request, answer, started)
+        return (answer, body)
     }
 
-    static func resultObject(_ reply: ProxyReply, body: ByteBuffer, id: String? = nil) -> [String: JSONValue] {
+    static func resultObject(_ answer: ProxyAnswer, body: ByteBuffer, id: String? = nil) -> [String: JSONValue] {
+        let reply = answer.reply
         var headers: [String: JSONValue] = [:]
         for (name, value) in reply.headers { headers[name] = .string(value) }
         let bodyValue: JSONValue
@@ -72,32 +75,36 @@ struct BatchRunner: Sendable {
             bodyValue = .string(Data(body.readableBytesView).base64EncodedString())
         }
         var out: [String: JSONValue] = ["status": .int(Int64(reply.status)), "headers": .object(headers), "body": bodyValue,
-                                        "cache": reply.cacheStatus.isEmpty ? "MISS" : .string(reply.cacheStatus)]
+                                        "cache": .string((answer.report.cache ?? .miss).rawValue)]
         if let id { out["id"] = .string(id) }
         return out
     }
 
-    static func failed(_ reply: ProxyReply) -> Bool {
-        !reply.succeeded || reply.status >= 400
+    static func failed(_ answer: ProxyAnswer) -> Bool {
+        !answer.report.succeeded || answer.reply.status >= 400
+    }
+
+    static func refused(_ message: String) -> ProxyAnswer {
+        ProxyAnswer(.error(400, message), RequestReport())
     }
 
     // MARK: Batch
 
-    func batch(_ incoming: IncomingRequest) async -> ProxyReply {
-        guard case .buffered(let body) = incoming.body else { return .error(400, "batch body missing") }
+    func batch(_ incoming: IncomingRequest) async -> ProxyAnswer {
+        guard case .buffered(let body) = incoming.body else { return Self.refused("batch body missing") }
         let parsed: SubRequestList
         var headers: [String: [(String, String)]] = [:]
         do {
             parsed = try SubRequestList.parse(body.readableBytesView, listKey: "requests")
             for step in parsed.requests { headers[step.id] = try step.literalHeaders() }
         } catch {
-            return .error(400, error.message)
+            return Self.refused(error.message)
         }
         let failFast = parsed.mode == "fail_fast"
         let limit = pipeline.runtime.current.config.limits.batchConcurrency
         var results: [String: JSONValue] = [:]
         var ok = true
-        await withTaskGroup(of: (String, ProxyReply, ByteBuffer)?.self) { group in
+        await withTaskGroup(of: (String, ProxyAnswer, ByteBuffer)?.self) { group in
             var next = 0
             var stop = false
             func start() {
@@ -130,28 +137,26 @@ struct BatchRunner: Sendable {
             results[step.id] = ["cancelled": true]
             ok = false
         }
-        var reply = ProxyReply.json(200, ["ok": .bool(ok), "results": .object(results)])
-        reply.succeeded = ok
-        return reply
+        return ProxyAnswer(.json(200, ["ok": .bool(ok), "results": .object(results)]), RequestReport(succeeded: ok))
     }
 
     // MARK: Chain
 
-    func chain(_ incoming: IncomingRequest) async -> ProxyReply {
-        guard case .buffered(let body) = incoming.body else { return .error(400, "chain body missing") }
+    func chain(_ incoming: IncomingRequest) async -> ProxyAnswer {
+        guard case .buffered(let body) = incoming.body else { return Self.refused("chain body missing") }
         let steps: [SubRequest]
         do {
             steps = try SubRequestList.parse(body.readableBytesView, listKey: "steps").requests
             try ChainTemplate.checkReferences(steps)
         } catch {
-            return .error(400, error.message)
+            return Self.refused(error.message)
         }
         var bodies: [String: JSONValue] = [:]
         var results: [JSONValue] = []
         var ok = true
         for step in steps {
             let resolved: (path: String, headers: [(String, String)], body: JSONValue?)
-            do { resolved = try ChainTemplate.resolve(step, bodies) } catch { return .error(400, error.message) }
+            do { resolved = try ChainTemplate.resolve(step, bodies) } catch { return Self.refused(error.message) }
             let request = self.incoming(for: step, path: resolved.path, headers: resolved.headers, body: resolved.body, parent: incoming)
             let (reply, replyBody) = await run(request)
             results.append(.object(Self.resultObject(reply, body: replyBody, id: step.id)))
@@ -161,8 +166,6 @@ struct BatchRunner: Sendable {
                 break
             }
         }
-        var reply = ProxyReply.json(200, ["ok": .bool(ok), "results": .array(results)])
-        reply.succeeded = ok
-        return reply
+        return ProxyAnswer(.json(200, ["ok": .bool(ok), "results": .array(results)]), RequestReport(succeeded: ok))
     }
 }

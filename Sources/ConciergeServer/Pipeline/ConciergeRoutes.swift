@@ -8,25 +8,25 @@ import NIOHTTP1
 struct ConciergeRoutes: Sendable {
     static let prefix = "/_concierge/"
     let pipeline: ProxyPipeline
-    let log: @Sendable (IncomingRequest, ProxyReply, ContinuousClock.Instant) -> Void
+    let log: @Sendable (IncomingRequest, ProxyAnswer, ContinuousClock.Instant) -> Void
 
-    func handle(_ incoming: IncomingRequest) async -> ProxyReply {
+    func handle(_ incoming: IncomingRequest) async -> ProxyAnswer {
         let path = incoming.target.split(separator: "?", maxSplits: 1).first.map(String.init) ?? incoming.target
-        var reply: ProxyReply
+        var answer: ProxyAnswer
         switch (incoming.method, path) {
         case ("POST", "/_concierge/batch"):
-            reply = await BatchRunner(pipeline: pipeline, log: log).batch(incoming)
+            answer = await BatchRunner(pipeline: pipeline, log: log).batch(incoming)
         case ("POST", "/_concierge/chain"):
-            reply = await BatchRunner(pipeline: pipeline, log: log).chain(incoming)
+            answer = await BatchRunner(pipeline: pipeline, log: log).chain(incoming)
         case ("GET", "/_concierge/events"):
-            reply = eventStream()
+            answer = ProxyAnswer(eventStream(), RequestReport(succeeded: true))
         case (_, "/_concierge/batch"), (_, "/_concierge/chain"), (_, "/_concierge/events"):
-            reply = .error(405, "method \(incoming.method) not allowed on \(path)")
+            answer = ProxyAnswer(.error(405, "method \(incoming.method) not allowed on \(path)"), RequestReport())
         default:
-            reply = .error(404, "no such Concierge route: \(path)")
+            answer = ProxyAnswer(.error(404, "no such Concierge route: \(path)"), RequestReport())
         }
-        reply.endpoint = String(path.dropFirst(Self.prefix.count - 1))
-        return reply
+        answer.report.endpoint = String(path.dropFirst(Self.prefix.count - 1))
+        return answer
     }
 
     /// `text/event-stream` of the event bus, with `id:` lines, a `retry:` hint and a
@@ -66,8 +66,6 @@ struct ConciergeRoutes: Sendable {
         headers.add(name: "Content-Type", value: "text/event-stream")
         headers.add(name: "Cache-Control", value: "no-cache")
         headers.add(name: "X-Accel-Buffering", value: "no")
-        var reply = ProxyReply(status: 200, headers: headers, body: .events(stream))
-        reply.succeeded = true
-        return reply
+        return ProxyReply(status: 200, headers: headers, body: .events(stream))
     }
 }

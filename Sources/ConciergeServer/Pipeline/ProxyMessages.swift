@@ -33,7 +33,8 @@ public struct IncomingRequest: Sendable {
     }
 }
 
-/// What the pipeline answers, with what the request log and batch results report.
+/// An HTTP reply to a client: status, headers, body, nothing else (what the request log and
+/// the counters learn travels beside it, in a ``RequestReport``).
 public struct ProxyReply: Sendable {
     public enum Body: Sendable {
         case buffer(ByteBuffer)
@@ -45,16 +46,6 @@ public struct ProxyReply: Sendable {
     public var status: Int
     public var headers: HTTPHeaders
     public var body: Body
-    /// `HIT`, `MISS`, `STALE`, `BYPASS`, or empty when the cache was not involved.
-    public var cacheStatus: String = ""
-    public var endpoint: String = "default"
-    public var businessCode: BusinessCode? = nil
-    public var replays: Int = 0
-    public var upstreamTime: Duration? = nil
-    /// Logical success (for batch `ok`): a success code, or HTTP 2xx on non-JSON endpoints.
-    public var succeeded: Bool = false
-    /// Query/body names whose values the request log masks.
-    public var maskedParams: Set<String> = []
 
     public init(status: Int, headers: HTTPHeaders = HTTPHeaders(), body: Body) {
         self.status = status
@@ -76,5 +67,16 @@ public struct ProxyReply: Sendable {
     public var bufferedBody: ByteBuffer? {
         if case .buffer(let b) = body { return b }
         return nil
+    }
+}
+
+/// A reply with its report: what the pipeline and Concierge's own routes hand back.
+public struct ProxyAnswer: Sendable {
+    public var reply: ProxyReply
+    public var report: RequestReport
+
+    public init(_ reply: ProxyReply, _ report: RequestReport) {
+        self.reply = reply
+        self.report = report
     }
 }

@@ -294,16 +294,11 @@ final class ProxyHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         var prepared: ProxyPipeline.Preparation? = nil
         if case .buffered = body, let fast = server.fastPath(incoming) {
             switch fast {
-            case .reply(let reply):
-                writeSynchronously(reply, version: head.version, isHead: head.method == .HEAD, keepAlive: keepAlive, context: context)
-                server.log(incoming, reply, started: started)
+            case .answer(let answer):
+                writeSynchronously(answer.reply, version: head.version, isHead: head.method == .HEAD, keepAlive: keepAlive, context: context)
+                server.log(incoming, answer, started: started)
                 return
             case .prepared(let preparation):
-                if case .reply(let reply) = preparation, case .buffer = reply.body {
-                    writeSynchronously(reply, version: head.version, isHead: head.method == .HEAD, keepAlive: keepAlive, context: context)
-                    server.log(incoming, reply, started: started)
-                    return
-                }
                 prepared = preparation
             }
         }
@@ -313,14 +308,14 @@ final class ProxyHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         let version = head.version
         let isHead = head.method == .HEAD
         Task {
-            var reply = await server.handle(incoming, prepared: prepared)
+            var answer = await server.handle(incoming, prepared: prepared)
             var keepAlive = keepAlive
             if let failure = bodyOutcome?.failed {
-                reply = failure.reply
+                answer.reply = failure.reply
                 keepAlive = false
             }
-            let ok = await ResponseWriter.write(reply, version: version, keepAlive: keepAlive, isHead: isHead, to: channel)
-            server.log(incoming, reply, started: started)
+            let ok = await ResponseWriter.write(answer.reply, version: version, keepAlive: keepAlive, isHead: isHead, to: channel)
+            server.log(incoming, answer, started: started)
             channel.eventLoop.execute {
                 let (handler, context) = loopBound.value
                 handler.responseFinished(keepAlive: keepAlive && ok, context: context)
@@ -350,7 +345,7 @@ final class ProxyHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     private func respondLocally(_ reply: ProxyReply, head: HTTPRequestHead, keepAlive: Bool, context: ChannelHandlerContext) {
         writeSynchronously(reply, version: head.version, isHead: head.method == .HEAD, keepAlive: keepAlive, context: context)
         server.log(IncomingRequest(method: head.method.wireName, target: head.uri, headers: head.headers, clientAddress: remoteAddress),
-                   reply, started: .now)
+                   ProxyAnswer(reply, RequestReport()), started: .now)
         if !keepAlive {
             context.close(promise: nil)
         }

@@ -13,18 +13,18 @@ final class ProxyServerContext: Sendable {
     let runtime: Runtime
     let ownRoutes: ConciergeRoutes
     /// Counts a finished request in the metrics and writes its log line.
-    let record: @Sendable (IncomingRequest, ProxyReply, ContinuousClock.Instant) -> Void
+    let record: @Sendable (IncomingRequest, ProxyAnswer, ContinuousClock.Instant) -> Void
     private let inFlight = Mutex(0)
 
-    init(pipeline: ProxyPipeline, requestLog: RequestLog) {
+    init(pipeline: ProxyPipeline, stats: ProxyStats, requestLog: RequestLog) {
         self.pipeline = pipeline
         self.runtime = pipeline.runtime
-        let stats = pipeline.stats
         let runtime = pipeline.runtime
-        let record: @Sendable (IncomingRequest, ProxyReply, ContinuousClock.Instant) -> Void = { incoming, reply, started in
+        // The one place a finished request is counted and logged.
+        let record: @Sendable (IncomingRequest, ProxyAnswer, ContinuousClock.Instant) -> Void = { incoming, answer, started in
             let total = ContinuousClock.now - started
-            stats.recordRequest(endpoint: reply.endpoint, cache: reply.cacheStatus, status: reply.status, duration: total)
-            requestLog.log(incoming, reply, total: total, config: runtime.current)
+            stats.record(answer.report, status: answer.reply.status, duration: total)
+            requestLog.log(incoming, answer, total: total, config: runtime.current)
         }
         self.record = record
         self.ownRoutes = ConciergeRoutes(pipeline: pipeline, log: record)
@@ -38,13 +38,13 @@ final class ProxyServerContext: Sendable {
         return pipeline.fastPath(incoming)
     }
 
-    func handle(_ incoming: IncomingRequest, prepared: ProxyPipeline.Preparation? = nil) async -> ProxyReply {
+    func handle(_ incoming: IncomingRequest, prepared: ProxyPipeline.Preparation? = nil) async -> ProxyAnswer {
         inFlight.withLock { $0 += 1 }
         defer { inFlight.withLock { $0 -= 1 } }
         if incoming.target.hasPrefix(ConciergeRoutes.prefix) {
             return await ownRoutes.handle(incoming)
         }
-        if let prepared { return await pipeline.handle(incoming, prepared: prepared) }
+        if let prepared { return await pipeline.handle(prepared) }
         return await pipeline.handle(incoming)
     }
 
@@ -68,7 +68,7 @@ final class ProxyServerContext: Sendable {
         return (components.percentEncodedQuery.map { "\(path)?\($0)" } ?? path, host)
     }
 
-    func log(_ incoming: IncomingRequest, _ reply: ProxyReply, started: ContinuousClock.Instant) {
-        record(incoming, reply, started)
+    func log(_ incoming: IncomingRequest, _ answer: ProxyAnswer, started: ContinuousClock.Instant) {
+        record(incoming, answer, started)
     }
 }

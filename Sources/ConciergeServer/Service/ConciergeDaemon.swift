@@ -23,6 +23,8 @@ public final class ConciergeDaemon: Sendable {
     public let events: EventBus
     public let client: UpstreamClient
     public let pipeline: ProxyPipeline
+    /// The one owner of session side effects (login, renewal, logout).
+    let lifecycle: SessionLifecycle
     public let configPath: String?
     public let logger: Logger
     let logSink: LogSink
@@ -60,7 +62,8 @@ public final class ConciergeDaemon: Sendable {
         stats = ProxyStats()
         events = EventBus()
         client = UpstreamClient(eventLoopGroup: group)
-        pipeline = ProxyPipeline(runtime: runtime, cache: cache, session: session, client: client, stats: stats, events: events, logger: logger)
+        lifecycle = SessionLifecycle(session: session, cache: cache, stats: stats, events: events, logger: logger)
+        pipeline = Self.makePipeline(runtime: runtime, cache: cache, lifecycle: lifecycle, transport: client, logger: logger)
         hooks = HookDispatcher(runtime: runtime, client: client, logger: logger)
         let hooks = self.hooks
         events.addObserver { hooks.deliver($0) }
@@ -74,6 +77,20 @@ public final class ConciergeDaemon: Sendable {
     let requestLogger: Logger
     /// Read once at start (a reload does not change the admin token).
     let adminToken: String?
+
+    /// The request path's stages, each given only what it needs.
+    static func makePipeline(runtime: Runtime, cache: CacheStore, lifecycle: SessionLifecycle, transport: any UpstreamTransport,
+                             logger: Logger) -> ProxyPipeline {
+        let (session, stats, events) = (lifecycle.session, lifecycle.stats, lifecycle.events)
+        let refresher = TokenRefresher(session: session, transport: transport, runtime: runtime, stats: stats, events: events,
+                                       lifecycle: lifecycle, logger: logger)
+        let health = UpstreamHealth(events: events)
+        let exchange = UpstreamExchange(transport: transport, refresher: refresher, lifecycle: lifecycle,
+                                        success: EnvelopeSuccess(lifecycle: lifecycle, stats: stats, logger: logger),
+                                        health: health, stats: stats, logger: logger)
+        let streamed = StreamedForward(transport: transport, refresher: refresher, session: session, health: health, stats: stats, logger: logger)
+        return ProxyPipeline(runtime: runtime, cache: cache, session: session, exchange: exchange, streamed: streamed, events: events)
+    }
 
     static func level(_ level: ConciergeConfig.Log.Level) -> Logger.Level {
         switch level {
@@ -100,7 +117,7 @@ public final class ConciergeDaemon: Sendable {
     /// Runs until SIGTERM/SIGINT (when `handleSignals`) or ``shutdown()``.
     public func run(handleSignals: Bool = true) async throws {
         let config = runtime.current.config
-        let context = ProxyServerContext(pipeline: pipeline, requestLog: RequestLog(logger: requestLogger))
+        let context = ProxyServerContext(pipeline: pipeline, stats: stats, requestLog: RequestLog(logger: requestLogger))
         guard case .tcp(let proxyHost, let proxyPort) = config.listen.proxy else { preconditionFailure("validated by the loader") }
         let readiness = self.readiness
         let proxy = ProxyListener(context: context, host: proxyHost, port: proxyPort, group: group, logger: logger) { readiness.proxyBound($0) }

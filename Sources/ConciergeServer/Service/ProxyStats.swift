@@ -1,9 +1,14 @@
+import ConciergeCore
 import Prometheus
 import Synchronization
 
-/// Counters and histograms of one daemon: plain atomics for `/stats`, and instruments of
-/// this daemon's own Prometheus registry for `/metrics` (no global bootstrap, so several
-/// daemons can live in one test process), each with its `# HELP` text.
+/// The daemon's counters, each kept once (an atomic) and rendered two ways: the `/stats`
+/// JSON object and Prometheus text on `/metrics`. Request counters come from the finished
+/// request's ``RequestReport`` in ``record(_:status:duration:)``, the one place a request is
+/// counted; event counters (refreshes, logouts, upstream errors, invalidations) are bumped
+/// where the event happens, once. Histograms, gauges and the per-endpoint breakdown live in
+/// this daemon's own Prometheus registry (no global bootstrap, so several daemons can live
+/// in one test process).
 public final class ProxyStats: Sendable {
     public enum Counter: Int, CaseIterable, Sendable {
         case requests, hits, misses, stale, bypass, refreshes, replays, logouts, upstreamErrors, invalidations
@@ -14,6 +19,8 @@ public final class ProxyStats: Sendable {
             default: return "\(self)"
             }
         }
+
+        var metricName: String { "concierge_\(jsonName)_total" }
 
         var help: String {
             switch self {
@@ -26,19 +33,23 @@ public final class ProxyStats: Sendable {
             case .replays: return "Requests replayed after a token refresh."
             case .logouts: return "Sessions dropped (logout code, failed refresh, admin)."
             case .upstreamErrors: return "Upstream failures: refused connections, timeouts, 5xx."
-            case .invalidations: return "Cache invalidations through the admin API."
+            case .invalidations: return "Cache invalidations through the admin API and write endpoints."
             }
         }
     }
 
-    private let values: Mutex<[Int]>
+    /// One atomic per counter.
+    private final class Cell: Sendable {
+        let value = Atomic<Int>(0)
+    }
+
+    private let cells: [Cell] = Counter.allCases.map { _ in Cell() }
     public let registry: PrometheusCollectorRegistry
-    private let counters: [Prometheus.Counter]
     private let upstreamLatency: DurationHistogram
     private let requestLatency: DurationHistogram
     private struct RequestKey: Hashable {
         var endpoint: String
-        var cache: String
+        var cache: CacheStatus?
         var status: Int
     }
 
@@ -50,13 +61,11 @@ public final class ProxyStats: Sendable {
     private let reportedStorageFailures = Mutex(0)
 
     public init() {
-        values = Mutex(Array(repeating: 0, count: Counter.allCases.count))
         let registry = PrometheusCollectorRegistry()
         self.registry = registry
         let buckets: [Duration] = [.milliseconds(1), .milliseconds(2), .milliseconds(5), .milliseconds(10), .milliseconds(25),
                                    .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500),
                                    .seconds(1), .seconds(2), .seconds(5), .seconds(10)]
-        counters = Counter.allCases.map { registry.makeCounter(name: "concierge_\($0.jsonName)_total", help: $0.help) }
         upstreamLatency = registry.makeDurationHistogram(name: "concierge_upstream_duration_seconds", buckets: buckets,
                                                          help: "Time of upstream exchanges, in seconds.")
         requestLatency = registry.makeDurationHistogram(name: "concierge_request_duration_seconds", buckets: buckets,
@@ -69,22 +78,30 @@ public final class ProxyStats: Sendable {
     }
 
     public func increment(_ counter: Counter, by amount: Int = 1) {
-        values.withLock { $0[counter.rawValue] += amount }
-        counters[counter.rawValue].increment(by: Int64(amount))
+        cells[counter.rawValue].value.add(amount, ordering: .relaxed)
     }
 
     public func value(_ counter: Counter) -> Int {
-        values.withLock { $0[counter.rawValue] }
+        cells[counter.rawValue].value.load(ordering: .relaxed)
     }
 
-    /// Counts one client request by endpoint and cache status.
-    public func recordRequest(endpoint: String, cache: String, status: Int, duration: Duration) {
+    /// Counts one finished client request: `requests`, its cache outcome, its replays, the
+    /// per-endpoint breakdown and the latency histogram.
+    public func record(_ report: RequestReport, status: Int, duration: Duration) {
         increment(.requests)
-        let key = RequestKey(endpoint: endpoint, cache: cache, status: status)
+        switch report.cache {
+        case .hit?: increment(.hits)
+        case .miss?: increment(.misses)
+        case .stale?: increment(.stale)
+        case .bypass?: increment(.bypass)
+        case nil: break
+        }
+        if report.replays > 0 { increment(.replays, by: report.replays) }
+        let key = RequestKey(endpoint: report.endpoint, cache: report.cache, status: status)
         let counter = requestsByStatus.withLock { map -> Prometheus.Counter in
             if let c = map[key] { return c }
             let c = registry.makeCounter(name: "concierge_requests_by_endpoint_total",
-                                         labels: [("endpoint", endpoint), ("cache", cache.isEmpty ? "NONE" : cache), ("status", "\(status)")],
+                                         labels: [("endpoint", report.endpoint), ("cache", report.cache?.rawValue ?? "NONE"), ("status", "\(status)")],
                                          help: "Client requests by endpoint, cache status and HTTP status.")
             map[key] = c
             return c
@@ -119,6 +136,17 @@ public final class ProxyStats: Sendable {
         out["entries"] = entries
         out["bytes"] = bytes
         return out
+    }
+
+    /// The Prometheus text of `/metrics`: the counters, then the registry's instruments.
+    public func prometheusText() -> [UInt8] {
+        var text = ""
+        for c in Counter.allCases {
+            text += "# HELP \(c.metricName) \(c.help)\n# TYPE \(c.metricName) counter\n\(c.metricName) \(value(c))\n"
+        }
+        var bytes = Array(text.utf8)
+        registry.emit(into: &bytes)
+        return bytes
     }
 
     public var hitRatio: Double {

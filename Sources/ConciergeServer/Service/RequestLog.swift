@@ -12,24 +12,25 @@ public struct RequestLog: Sendable {
         self.logger = logger
     }
 
-    func log(_ incoming: IncomingRequest, _ reply: ProxyReply, total: Duration, config: RuntimeConfig) {
+    func log(_ incoming: IncomingRequest, _ answer: ProxyAnswer, total: Duration, config: RuntimeConfig) {
         guard config.config.log.requests else { return }
+        let reply = answer.reply, report = answer.report
         let target = config.redactor.redactTarget(incoming.target)
-        let upstream = reply.upstreamTime.map { String(format: "%.1f", $0.seconds * 1000) } ?? "-"
+        let upstream = report.upstreamTime.map { String(format: "%.1f", $0.seconds * 1000) } ?? "-"
         let totalMs = String(format: "%.2f", total.seconds * 1000)
         logger.info("\(incoming.method) \(target) \(reply.status)", metadata: [
             "method": "\(incoming.method)",
             "path": "\(target)",
             "status": "\(reply.status)",
-            "code": "\(reply.businessCode.map(\.description) ?? "-")",
-            "cache": "\(reply.cacheStatus.isEmpty ? "-" : reply.cacheStatus)",
-            "endpoint": "\(reply.endpoint)",
+            "code": "\(report.businessCode.map(\.description) ?? "-")",
+            "cache": "\(report.cache?.rawValue ?? "-")",
+            "endpoint": "\(report.endpoint)",
             "upstream_ms": "\(upstream)",
             "total_ms": "\(totalMs)",
-            "replays": "\(reply.replays)",
+            "replays": "\(report.replays)",
         ])
         if logger.logLevel <= .debug {
-            logger.debug("\(curlLine(incoming, target: target, endpoint: reply.endpoint, config: config))")
+            logger.debug("\(curlLine(incoming, target: target, endpoint: report.endpoint, config: config))")
         }
     }
 

@@ -26,24 +26,24 @@ public actor TokenRefresher {
     }
 
     private let session: SessionState
-    private let client: UpstreamClient
+    private let transport: any UpstreamTransport
     private let runtime: Runtime
     private let stats: ProxyStats
     private let events: EventBus
-    private let logout: SessionLogout
+    private let lifecycle: SessionLifecycle
     private let logger: Logger
     private var inFlight: Task<Outcome, Never>?
     private var recentCalls: [ContinuousClock.Instant] = []
     private var throttling = false
 
-    init(session: SessionState, client: UpstreamClient, runtime: Runtime, stats: ProxyStats, events: EventBus,
-         logout: SessionLogout, logger: Logger) {
+    init(session: SessionState, transport: any UpstreamTransport, runtime: Runtime, stats: ProxyStats, events: EventBus,
+         lifecycle: SessionLifecycle, logger: Logger) {
         self.session = session
-        self.client = client
+        self.transport = transport
         self.runtime = runtime
         self.stats = stats
         self.events = events
-        self.logout = logout
+        self.lifecycle = lifecycle
         self.logger = logger
     }
 
@@ -94,7 +94,7 @@ public actor TokenRefresher {
         guard let refresh = config.refresh, let refreshToken = tokens.refreshToken else {
             logger.warning("token expired and no refresh is possible; dropping the session",
                            metadata: ["reason": "\(config.refresh == nil ? "no session.refresh configured" : "no refresh token")"])
-            await logout.perform(ifAccessToken: tokens.accessToken, reason: "refresh_failed")
+            await lifecycle.logout(ifAccessToken: tokens.accessToken, reason: "refresh_failed")
             return .loggedOut
         }
         let reply: TokenReply
@@ -111,11 +111,7 @@ public actor TokenRefresher {
                                           kind: .user, expiresAt: TokenReply.expiry(expiresIn, from: now),
                                           subject: tokens.userID == nil ? tokens.cacheUser : nil)
             do {
-                if try await session.replace(ifGeneration: generation, with: newTokens) {
-                    logger.info("access token refreshed", metadata: ["user": "\(tokens.userID ?? "-")"])
-                    events.publish("session.refreshed", ["user": tokens.userID.map(JSONValue.string) ?? .null, "kind": "user"])
-                    return .refreshed(access)
-                }
+                if try await lifecycle.renewed(newTokens, ifGeneration: generation) { return .refreshed(access) }
             } catch {
                 logger.error("could not store the refreshed session", metadata: ["error": "\(error)"])
                 return .unavailable
@@ -125,7 +121,7 @@ public actor TokenRefresher {
             return .loggedOut
         case .rejected(let reason), .unusable(let reason):
             logger.warning("token refresh refused; dropping the session", metadata: ["reason": "\(reason)", "path": "\(refresh.path)"])
-            await logout.perform(ifAccessToken: tokens.accessToken, reason: "refresh_failed")
+            await lifecycle.logout(ifAccessToken: tokens.accessToken, reason: "refresh_failed")
             return .loggedOut
         }
     }
@@ -141,11 +137,7 @@ public actor TokenRefresher {
             let tokens = SessionTokens(accessToken: access, refreshToken: nil, userID: nil, setAt: now, kind: .app,
                                        expiresAt: TokenReply.expiry(expiresIn, from: now))
             do {
-                if try await session.replace(ifGeneration: generation, with: tokens) {
-                    logger.info("app token fetched", metadata: ["expires_in": "\(expiresIn.map { String(Int($0)) } ?? "-")"])
-                    events.publish("session.refreshed", ["user": .null, "kind": "app"])
-                    return .refreshed(access)
-                }
+                if try await lifecycle.renewed(tokens, ifGeneration: generation) { return .refreshed(access) }
                 if let current = session.current, current.kind == .app { return .refreshed(current.accessToken) }
                 return .unavailable
             } catch {
@@ -171,13 +163,11 @@ public actor TokenRefresher {
             return .failed("no upstream named \(endpoint.upstream ?? environment)")
         }
         let built = TokenRequest(endpoint, refreshToken: refreshToken, accessToken: accessToken)
-        var headers = HTTPHeaders()
-        for header in built.headers { headers.add(name: header.name, value: header.value) }
         let body: UpstreamRequest.Body = built.body.map { .bytes(ByteBuffer(bytes: $0)) } ?? .none
-        let request = UpstreamRequest(method: built.method, url: upstream.baseURL + built.target, headers: headers, body: body,
+        let request = UpstreamRequest(method: built.method, url: upstream.baseURL + built.target, headers: built.headers, body: body,
                                       timeout: endpoint.timeout)
         do {
-            let response = try await client.send(request, maxBody: rc.config.limits.maxBodyBytes)
+            let response = try await transport.send(request, maxBody: rc.config.limits.maxBodyBytes)
             if response.status >= 500 { return .failed("token endpoint answered HTTP \(response.status)") }
             let json = JSONValue.parse(response.body.readableBytesView)
             return .answered(TokenReply.judge(status: response.status, body: json, envelope: rc.envelope,

@@ -1,4 +1,3 @@
-import ConciergeCore
 import Synchronization
 
 /// One loaded configuration with the pipeline steps built from it. Immutable: a reload

@@ -1,0 +1,104 @@
+import NIOCore
+import NIOHTTP1
+
+/// A client request after the pure steps of the request path (SPEC §3, steps 1–6): routed
+/// once, common params added, the login guard passed, the token to inject chosen, and the
+/// cache scope and key decided. Everything later (cache, upstream, session) starts from it.
+public struct PreparedRequest: Sendable {
+    /// The request as it goes upstream before the token and the signature.
+    public var request: ProxyRequest
+    public var endpoint: EndpointPolicy
+    /// The configuration this request runs under, start to end (a reload does not change it).
+    public var config: RuntimeConfig
+    public var upstream: ConciergeConfig.Upstream
+    /// The session token to inject, if this endpoint takes one. With an app token not
+    /// fetched yet it is `nil` while ``injects`` is true: the exchange fetches one first.
+    public var token: String?
+    /// The endpoint takes Concierge's token.
+    public var injects: Bool
+    /// The cache key, for a cacheable request whose reply may be stored.
+    public var cacheKey: String?
+    public var scope: CacheScope
+    /// The client asked to skip the cache (`Cache-Control: no-cache`, `X-Concierge-Cache: bypass`).
+    public var bypass: Bool
+    /// The client's headers as received (the upstream request starts from them).
+    public var originalHeaders: HTTPHeaders
+    public var clientAddress: String?
+
+    /// What preparing a request leads to.
+    public enum Outcome: Sendable {
+        case ready(PreparedRequest)
+        /// `login: required` without a session: answered `session.not_logged_in`, no I/O.
+        case notLoggedIn(endpoint: String)
+    }
+
+    /// The client's request as the listener framed it.
+    public struct Received: Sendable {
+        public var method: String
+        public var target: String
+        public var headers: HTTPHeaders
+        /// The buffered body; `nil` when it streams to the upstream.
+        public var body: ByteBuffer?
+        public var clientAddress: String?
+
+        public init(method: String, target: String, headers: HTTPHeaders, body: ByteBuffer?, clientAddress: String?) {
+            self.method = method
+            self.target = target
+            self.headers = headers
+            self.body = body
+            self.clientAddress = clientAddress
+        }
+    }
+
+    /// Routes `received` and runs the pure steps under one configuration snapshot.
+    /// - Parameter session: the stored session (one of the other kind is ignored).
+    public static func prepare(_ received: Received, config rc: RuntimeConfig, environment: String,
+                               session stored: SessionTokens?) -> Outcome {
+        let config = rc.config
+        let target = received.target.isEmpty ? "/" : received.target
+        let path = target.firstIndex(of: "?").map { String(target[..<$0]) } ?? target
+        let endpoint = rc.router.route(method: received.method, path: path)
+        var request = ProxyRequest(method: received.method, target: target, headers: received.headers,
+                                   body: body(received, buffered: endpoint.envelope || endpoint.isCacheable))
+        rc.commonParams.apply(to: &request)
+
+        // A session of the other kind (left by an earlier configuration) is not used.
+        let session = stored.flatMap { $0.kind == config.session.kind ? $0 : nil }
+        let appToken = config.session.kind == .app
+        guard appToken || rc.loginGuard.admits(endpoint, session: session) else {
+            return .notLoggedIn(endpoint: endpoint.name)
+        }
+        let injects = endpoint.login != .none && (session != nil || appToken) && !rc.injector.points.isEmpty
+        let upstream = config.upstream(named: endpoint.upstream ?? environment) ?? config.upstreams[0]
+        var prepared = PreparedRequest(request: request, endpoint: endpoint, config: rc, upstream: upstream,
+                                       token: injects ? session?.accessToken : nil, injects: injects, cacheKey: nil,
+                                       scope: .notStorable, bypass: bypasses(received.headers),
+                                       originalHeaders: received.headers, clientAddress: received.clientAddress)
+        if endpoint.isCacheable, received.body != nil {
+            prepared.scope = CacheScope.of(endpoint, injects: injects, appToken: appToken, session: session,
+                                           clientToken: !injects && rc.injector.carriesToken(request))
+            if prepared.scope != .notStorable { prepared.cacheKey = prepared.makeCacheKey() }
+        }
+        return .ready(prepared)
+    }
+
+    private func makeCacheKey() -> String {
+        let params = request.query + (request.paramsGoInQuery ? [] : request.body.params)
+        return CacheKey.make(method: request.method, upstreamBaseURL: upstream.baseURL, path: request.path, params: params,
+                             excluding: config.keyExclusions, userID: scope.userID,
+                             version: endpoint.cache.version ?? config.config.cache.version)
+    }
+
+    /// Buffered endpoints (envelope or cacheable) parse their body for parameters; others
+    /// pass it through untouched.
+    private static func body(_ received: Received, buffered: Bool) -> RequestBody {
+        guard let buffer = received.body, buffer.readableBytes > 0 else { return .empty }
+        let bytes = Array(buffer.readableBytesView)
+        return buffered ? RequestBody.parse(bytes, contentType: received.headers.first(name: "content-type")) : .opaque(bytes)
+    }
+
+    private static func bypasses(_ headers: HTTPHeaders) -> Bool {
+        headers["cache-control"].joined(separator: ",").lowercased().contains("no-cache")
+            || headers["x-concierge-cache"].contains { $0.lowercased() == "bypass" }
+    }
+}

@@ -1,0 +1,53 @@
+import ConciergeCore
+import ConciergeStorage
+import Logging
+import NIOCore
+
+/// Steps 12–14 for a reply whose envelope says success: validate, capture the session
+/// (login endpoint), invalidate what a write endpoint names, and `unwrap`.
+struct EnvelopeSuccess: Sendable {
+    let lifecycle: SessionLifecycle
+    let stats: ProxyStats
+    let logger: Logger
+
+    func finish(_ upstreamAnswer: ProxyAnswer, response: UpstreamResponse, json: JSONValue?, captured: TokenReply?,
+                capture: ConciergeConfig.Capture?, _ p: PreparedRequest, _ attempt: UpstreamExchange.Attempt) async -> UpstreamExchange.Result {
+        // A success code was read from the body, so it is JSON.
+        guard let json else { return .failure(attempt.answer(LocalReplies.unavailable(p.config), p)) }
+        if let problem = ResponseValidator(rules: p.endpoint.validate).problem(in: json) {
+            logger.warning("reply failed validation", metadata: ["endpoint": "\(p.endpoint.name)", "problem": "\(problem)"])
+            return .failure(attempt.answer(LocalReplies.invalid(p.config, problem: problem), p))
+        }
+        var answer = upstreamAnswer
+        answer.report.succeeded = true
+        var storedBody = response.body
+        if let capture {
+            await lifecycle.login(captured, from: json, capture: capture)
+            if capture.redact {
+                // The client never holds the captured tokens (token-handler pattern).
+                var redacted = json.removing(path: capture.accessToken)
+                if let refreshPath = capture.refreshToken { redacted = redacted.removing(path: refreshPath) }
+                storedBody = ByteBuffer(bytes: redacted.serializedBytes)
+                answer.reply.body = .buffer(storedBody)
+            }
+        }
+        if !p.endpoint.invalidates.isEmpty { await invalidate(for: p.endpoint) }
+        let storable = UpstreamExchange.noStore(response.headers) ? nil
+            : Storable(status: response.status, headers: UpstreamExchange.storedHeaders(answer.reply.headers), body: storedBody)
+        if let unwrap = p.endpoint.unwrap, !LocalReplies.unwrap(&answer.reply, path: unwrap, config: p.config) {
+            answer.report.succeeded = false
+        }
+        return .success(answer, storable: storable)
+    }
+
+    /// A write endpoint's `invalidates`: shared entries and the current user's.
+    private func invalidate(for endpoint: EndpointPolicy) async {
+        let user = lifecycle.session.current?.cacheUser
+        let scope: InvalidationCriteria.EndpointScope = user.map { .sharedAnd($0) } ?? .sharedOnly
+        let removed = (try? await lifecycle.cache.invalidate(.endpoints(endpoint.invalidates, scope: scope))) ?? 0
+        stats.increment(.invalidations)
+        logger.info("write invalidated entries", metadata: ["endpoint": "\(endpoint.name)",
+                                                           "targets": "\(endpoint.invalidates.joined(separator: ","))", "removed": "\(removed)"])
+        lifecycle.events.publish("cache.invalidated", ["by": .string("endpoint:\(endpoint.name)"), "removed": .int(Int64(removed))])
+    }
+}

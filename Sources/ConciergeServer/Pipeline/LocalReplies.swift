@@ -1,0 +1,44 @@
+import ConciergeCore
+import NIOCore
+
+/// The replies Concierge makes itself from the configured envelope bodies, and `unwrap`.
+enum LocalReplies {
+    /// `session.not_logged_in`, with its business code for the report.
+    static func notLoggedIn(_ config: RuntimeConfig) -> (ProxyReply, BusinessCode?) {
+        let notLoggedIn = config.config.session.notLoggedIn
+        return (.json(notLoggedIn.status, notLoggedIn.body), config.envelope.code(in: notLoggedIn.body))
+    }
+
+    /// `envelope.unavailable` (upstream down, token unobtainable), with the given status.
+    static func unavailable(_ config: RuntimeConfig, status: Int? = nil) -> ProxyReply {
+        .json(status ?? config.config.envelope.unavailable.status, config.config.envelope.unavailable.body)
+    }
+
+    /// `envelope.invalid` with the problem appended to its message.
+    static func invalid(_ config: RuntimeConfig, problem: String) -> ProxyReply {
+        let envelope = config.config.envelope
+        var body = envelope.invalid.body
+        if case .object(var members) = body {
+            let base = members[envelope.messagePath]?.stringValue ?? "response failed validation"
+            members[envelope.messagePath] = .string("\(base): \(problem)")
+            body = .object(members)
+        }
+        return .json(envelope.invalid.status, body)
+    }
+
+    /// Replaces the body with the value at `path` (`unwrap`).
+    /// - Returns: `false` when the path is missing: the reply became `envelope.invalid`.
+    static func unwrap(_ reply: inout ProxyReply, path: String, config: RuntimeConfig) -> Bool {
+        guard let body = reply.bufferedBody else { return true }
+        guard let json = JSONValue.parse(body.readableBytesView), let inner = json[path: path] else {
+            let replacement = invalid(config, problem: "\(path) is missing")
+            reply.status = replacement.status
+            reply.body = replacement.body
+            return false
+        }
+        reply.body = .buffer(ByteBuffer(bytes: inner.serializedBytes))
+        reply.headers.replaceOrAdd(name: "Content-Type", value: "application/json")
+        reply.headers.replaceOrAdd(name: "X-Concierge-Unwrapped", value: path)
+        return true
+    }
+}

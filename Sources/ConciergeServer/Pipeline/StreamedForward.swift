@@ -1,0 +1,50 @@
+import ConciergeCore
+import Logging
+import NIOHTTP1
+
+/// A non-JSON, uncached request (downloads, uploads, anything opaque): forwarded with its
+/// bodies streamed both ways, nothing read or stored.
+struct StreamedForward: Sendable {
+    let transport: any UpstreamTransport
+    let refresher: TokenRefresher
+    let session: SessionState
+    let health: UpstreamHealth
+    let stats: ProxyStats
+    let logger: Logger
+
+    func run(_ p: PreparedRequest, body: IncomingRequest.Body?) async -> ProxyAnswer {
+        var attempt = UpstreamExchange.Attempt(token: p.token)
+        if p.injects {
+            switch await TokenBeforeSending.decide(p, refresher: refresher, session: session.current) {
+            case .send(let token): attempt.token = token
+            case .answer(let reply, let code): return attempt.answer(reply, p, code: code)
+            }
+        }
+        var request = UpstreamRequestBuilder.build(p, token: attempt.token, logger: logger)
+        if case .stream(let stream, let length)? = body { request.body = .stream(stream, length: length) }
+        let started = ContinuousClock.now
+        do {
+            let response = try await transport.stream(request)
+            health.mark(p.upstream.name, down: false)
+            var headers = UpstreamClient.endToEnd(response.headers, dropping: ["server"])
+            if headers["content-length"].isEmpty, response.status == .noContent || response.status == .notModified {
+                headers.remove(name: "content-length")
+            }
+            attempt.upstreamTime = ContinuousClock.now - started
+            var answer = attempt.answer(ProxyReply(status: Int(response.status.code), headers: headers, body: .upstream(response.body)), p)
+            answer.report.succeeded = (200..<400).contains(answer.reply.status)
+            return answer
+        } catch {
+            attempt.upstreamTime = ContinuousClock.now - started
+            if case .clientBody = error {
+                // Aborted because the client's body broke: the listener answers 400/408.
+                return attempt.answer(.error(400, "\(error)"), p)
+            }
+            stats.increment(.upstreamErrors)
+            health.mark(p.upstream.name, down: true)
+            logger.warning("upstream request failed", metadata: ["endpoint": "\(p.endpoint.name)", "error": "\(error)"])
+            let status = { if case .timeout = error { return 504 } else { return 502 } }()
+            return attempt.answer(LocalReplies.unavailable(p.config, status: status), p)
+        }
+    }
+}

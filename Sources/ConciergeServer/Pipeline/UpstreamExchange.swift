@@ -1,0 +1,236 @@
+import ConciergeCore
+import Logging
+import NIOCore
+import NIOHTTP1
+
+/// A reply the cache may keep: status, the headers kept with it, the body as the client got
+/// it before `unwrap`.
+struct Storable: Sendable {
+    var status: Int
+    var headers: HTTPHeaders
+    var body: ByteBuffer
+}
+
+/// Steps 7–11 of the request path for a buffered request: inject the token, sign, send,
+/// read the envelope, renew the token and replay on an expiry signal, log out on a logout
+/// code, and hand a successful reply to ``EnvelopeSuccess``. One result, three cases.
+struct UpstreamExchange: Sendable {
+    enum Result: Sendable {
+        /// A usable reply; `storable` when the cache may keep it.
+        case success(ProxyAnswer, storable: Storable?)
+        /// A reply that is not a success (business failure, logout, local answer).
+        case failure(ProxyAnswer)
+        /// The upstream failed (unreachable, timed out, 5xx): stale-if-error may answer.
+        case upstreamDown(ProxyAnswer)
+
+        var answer: ProxyAnswer {
+            switch self {
+            case .success(let answer, _), .failure(let answer), .upstreamDown(let answer): return answer
+            }
+        }
+    }
+
+    let transport: any UpstreamTransport
+    let refresher: TokenRefresher
+    let lifecycle: SessionLifecycle
+    let success: EnvelopeSuccess
+    let health: UpstreamHealth
+    let stats: ProxyStats
+    let logger: Logger
+
+    /// The token in use, the replays made and the upstream time spent so far.
+    struct Attempt: Sendable {
+        var token: String?
+        var replays = 0
+        var upstreamTime = Duration.zero
+
+        /// A reply with this request's report (endpoint, replays, upstream time).
+        func answer(_ reply: ProxyReply, _ p: PreparedRequest, code: BusinessCode? = nil) -> ProxyAnswer {
+            var reply = reply
+            if replays > 0 { reply.headers.replaceOrAdd(name: "X-Concierge-Replays", value: String(replays)) }
+            return ProxyAnswer(reply, RequestReport(endpoint: p.endpoint.name, businessCode: code, replays: replays, upstreamTime: upstreamTime))
+        }
+    }
+
+    /// Where one upstream reply leads.
+    private enum Step: Sendable {
+        case replay(String)
+        case done(Result)
+    }
+
+    func run(_ p: PreparedRequest) async -> Result {
+        var attempt = Attempt(token: p.token)
+        if p.injects {
+            switch await TokenBeforeSending.decide(p, refresher: refresher, session: lifecycle.session.current) {
+            case .send(let token): attempt.token = token
+            case .answer(let reply, let code): return .failure(attempt.answer(reply, p, code: code))
+            }
+        }
+        while true {
+            var request = UpstreamRequestBuilder.build(p, token: attempt.token, logger: logger)
+            UpstreamRequestBuilder.askForIdentity(&request)
+            let started = ContinuousClock.now
+            let response: UpstreamResponse
+            do {
+                response = try await transport.send(request, maxBody: p.config.config.limits.maxBodyBytes)
+            } catch {
+                let elapsed = ContinuousClock.now - started
+                attempt.upstreamTime += elapsed
+                return unreachable(error, p, attempt, elapsed: elapsed)
+            }
+            let elapsed = ContinuousClock.now - started
+            attempt.upstreamTime += elapsed
+            stats.recordUpstream(duration: elapsed)
+            health.mark(p.upstream.name, down: false)
+            switch await judge(response, p, attempt) {
+            case .replay(let fresh):
+                attempt.token = fresh
+                attempt.replays += 1
+            case .done(let result):
+                return result
+            }
+        }
+    }
+
+    private func unreachable(_ error: UpstreamFailure, _ p: PreparedRequest, _ attempt: Attempt, elapsed: Duration) -> Result {
+        stats.recordUpstream(duration: elapsed)
+        stats.increment(.upstreamErrors)
+        health.mark(p.upstream.name, down: true)
+        logger.warning("upstream request failed", metadata: ["endpoint": "\(p.endpoint.name)", "upstream": "\(p.upstream.name)",
+                                                             "error": "\(error)"])
+        let status = { if case .timeout = error { return 504 } else { return 502 } }()
+        return .upstreamDown(attempt.answer(LocalReplies.unavailable(p.config, status: status), p))
+    }
+
+    /// Steps 9–11 for one upstream reply.
+    private func judge(_ response: UpstreamResponse, _ p: PreparedRequest, _ attempt: Attempt) async -> Step {
+        let headers = UpstreamClient.endToEnd(response.headers, dropping: ["content-length", "server"])
+        var upstreamAnswer = attempt.answer(ProxyReply(status: response.status, headers: headers, body: .buffer(response.body)), p)
+        if let stale = attempt.token, p.config.config.session.refreshOnStatus.contains(response.status) {
+            // An expiry signal by HTTP status (OAuth2's 401): renew and replay.
+            return await renew(p, replacing: stale, attempt, upstreamAnswer: upstreamAnswer)
+        }
+        guard p.endpoint.envelope else {
+            // Non-JSON but cacheable: HTTP 2xx is the success.
+            guard (200..<300).contains(response.status) else { return .done(.failure(upstreamAnswer)) }
+            upstreamAnswer.report.succeeded = true
+            let storable = !Self.noStore(response.headers) && Self.servesEveryClient(response.headers)
+            return .done(.success(upstreamAnswer, storable: storable ? Storable(status: response.status, headers: Self.storedHeaders(headers),
+                                                                                   body: response.body) : nil))
+        }
+        if response.status >= 500 {
+            stats.increment(.upstreamErrors)
+            logger.warning("upstream answered an HTTP error", metadata: ["endpoint": "\(p.endpoint.name)", "status": "\(response.status)"])
+            return .done(.upstreamDown(attempt.answer(LocalReplies.unavailable(p.config), p)))
+        }
+        return await readEnvelope(response, upstreamAnswer, p, attempt)
+    }
+
+    /// Step 10: the business code decides; the whole tree is parsed only when a later step
+    /// reads it, else a scan finds just the code.
+    private func readEnvelope(_ response: UpstreamResponse, _ upstreamAnswer: ProxyAnswer, _ p: PreparedRequest,
+                              _ attempt: Attempt) async -> Step {
+        var upstreamAnswer = upstreamAnswer
+        let config = p.config.config
+        let capture = config.session.capture.flatMap { $0.endpoint == p.endpoint.name && config.session.kind == .user ? $0 : nil }
+        let needsTree = capture != nil || !p.endpoint.validate.isEmpty || p.endpoint.unwrap != nil || !config.envelope.warningCodes.isEmpty
+        let json = needsTree ? JSONValue.parse(response.body.readableBytesView)
+            : JSONScan.envelope(codePath: config.envelope.codePath, in: response.body.readableBytesView)
+        var outcome = p.config.envelope.classify(json, status: response.status)
+        upstreamAnswer.report.businessCode = p.config.envelope.code(in: json)
+        var captured: TokenReply? = nil
+        if let capture {
+            // A login reply is judged as a token reply: OAuth2's has no code at all.
+            let judged = TokenReply.judge(status: response.status, body: json, envelope: p.config.envelope, accessToken: capture.accessToken,
+                                          refreshToken: capture.refreshToken, expiresIn: capture.expiresIn)
+            if case .good = judged {
+                captured = judged
+                if case .failure(code: nil) = outcome { outcome = .success(code: nil) }
+            }
+        }
+        switch outcome {
+        case .notJSON where (400..<500).contains(response.status):
+            // An HTTP error without a JSON body (a bare 401/404): passed on as a failure.
+            return .done(.failure(upstreamAnswer))
+        case .notJSON:
+            logger.warning("upstream reply is not JSON", metadata: ["endpoint": "\(p.endpoint.name)", "status": "\(response.status)",
+                                                                    "bytes": "\(response.body.readableBytes)"])
+            return .done(.failure(attempt.answer(LocalReplies.unavailable(p.config), p)))
+        case .refresh:
+            guard let stale = attempt.token else { return .done(.failure(upstreamAnswer)) }
+            return await renew(p, replacing: stale, attempt, upstreamAnswer: upstreamAnswer)
+        case .logout(let code):
+            await lifecycle.logout(ifAccessToken: attempt.token, reason: code.jsonValue)
+            return .done(.failure(upstreamAnswer))
+        case .failure(let code):
+            if let code = code?.number, let actions = config.envelope.warningCodes[code] {
+                await warn(code: code, actions: actions, json: json, p, token: attempt.token)
+            }
+            return .done(.failure(upstreamAnswer))
+        case .success:
+            return .done(await success.finish(upstreamAnswer, response: response, json: json, captured: captured, capture: capture, p, attempt))
+        }
+    }
+
+    /// An expiry signal on a request that carried `stale`: one renewal through the single
+    /// flight, then a replay, at most `session.max_replays` times.
+    private func renew(_ p: PreparedRequest, replacing stale: String, _ attempt: Attempt, upstreamAnswer: ProxyAnswer) async -> Step {
+        let session = p.config.config.session
+        guard attempt.replays < session.maxReplays else {
+            logger.warning("token still expired after the last replay", metadata: ["endpoint": "\(p.endpoint.name)", "replays": "\(attempt.replays)"])
+            return .done(.failure(upstreamAnswer))
+        }
+        switch await refresher.freshToken(replacing: stale) {
+        case .refreshed(let fresh):
+            return .replay(fresh)
+        case .loggedOut:
+            let (reply, code) = LocalReplies.notLoggedIn(p.config)
+            return .done(.failure(attempt.answer(reply, p, code: code)))
+        case .throttled where session.kind == .user:
+            let (reply, code) = LocalReplies.notLoggedIn(p.config)
+            return .done(.failure(attempt.answer(reply, p, code: code)))
+        case .unavailable, .throttled:
+            return .done(.failure(attempt.answer(LocalReplies.unavailable(p.config), p)))
+        }
+    }
+
+    private func warn(code: Int, actions: Set<ConciergeConfig.WarningAction>, json: JSONValue?, _ p: PreparedRequest, token: String?) async {
+        let message = p.config.envelope.message(json) ?? ""
+        if actions.contains(.log) {
+            logger.warning("warning code from upstream", metadata: ["code": "\(code)", "endpoint": "\(p.endpoint.name)", "msg": "\(message)"])
+        }
+        if actions.contains(.event) {
+            lifecycle.events.publish("warning", ["code": .int(Int64(code)), "endpoint": .string(p.endpoint.name), "msg": .string(message)])
+        }
+        if actions.contains(.logout) {
+            await lifecycle.logout(ifAccessToken: token, reason: .int(Int64(code)))
+        }
+    }
+
+    static func noStore(_ headers: HTTPHeaders) -> Bool {
+        headers["cache-control"].contains { $0.lowercased().contains("no-store") || $0.lowercased().contains("private") }
+    }
+
+    /// Headers kept with a stored entry. The upstream's `Date` and `Age` stay: a cached
+    /// reply carries that `Date` and an `Age` that adds the upstream's (see ``CachedReply``).
+    static func storedHeaders(_ headers: HTTPHeaders) -> HTTPHeaders {
+        let skip: Set<String> = ["set-cookie", "x-cache", "cache-status", "x-concierge-replays", "content-length"]
+        return HTTPHeaders(headers.filter { !skip.contains($0.name.lowercased()) })
+    }
+
+    /// Whether a reply may be stored and served to any client: not encoded (despite
+    /// ``UpstreamRequestBuilder/askForIdentity(_:)``), and varying on nothing but
+    /// `Accept-Encoding` (the stored body is identity, which every client takes). The cache
+    /// key has no room for other variants, so those replies are not stored.
+    static func servesEveryClient(_ headers: HTTPHeaders) -> Bool {
+        if headers["content-encoding"].contains(where: { !$0.trimmingCharacters(in: .whitespaces).lowercased().elementsEqual("identity") }) {
+            return false
+        }
+        for value in headers["vary"] {
+            for field in value.split(separator: ",") where field.trimmingCharacters(in: .whitespaces).lowercased() != "accept-encoding" {
+                return false
+            }
+        }
+        return true
+    }
+}

@@ -1,0 +1,50 @@
+import ConciergeCore
+import Logging
+import NIOCore
+import NIOHTTP1
+
+/// Steps 7–8 of the request path and the request that goes upstream: the token injected,
+/// the signature added, the client's end-to-end headers kept, `X-Forwarded-For` and `Via`
+/// added.
+enum UpstreamRequestBuilder {
+    /// Headers of the client's request never forwarded as they were.
+    private static let replaced: Set<String> = ["host", "content-length", "x-concierge-cache", "expect"]
+
+    static func build(_ p: PreparedRequest, token: String?, logger: Logger) -> UpstreamRequest {
+        var request = p.request
+        if let token { p.config.injector.inject(token, into: &request) }
+        if let signer = p.config.signer(for: p.endpoint) {
+            let signed = signer.sign(&request)
+            logger.debug("signed request", metadata: ["endpoint": "\(p.endpoint.name)", "string": "\(p.config.redactor.redactForm(signed))"])
+        }
+        var headers = UpstreamClient.endToEnd(p.originalHeaders, dropping: replaced)
+        // Re-apply the rewritten fields (common headers, injected header token).
+        let injectedNames = p.config.injector.headerNames
+        for (name, value) in request.headers
+        where !p.originalHeaders.contains(name: name) || injectedNames.contains(where: { $0.caseInsensitiveCompare(name) == .orderedSame }) {
+            headers.replaceOrAdd(name: name, value: value)
+        }
+        let forwardedFor = [p.originalHeaders.first(name: "x-forwarded-for"), p.clientAddress].compactMap { $0 }.joined(separator: ", ")
+        if !forwardedFor.isEmpty { headers.replaceOrAdd(name: "X-Forwarded-For", value: forwardedFor) }
+        headers.replaceOrAdd(name: "Via", value: p.originalHeaders.first(name: "via").map { "\($0), 1.1 concierge" } ?? "1.1 concierge")
+        var body: UpstreamRequest.Body = .none
+        let bytes = request.body.bytes
+        if !bytes.isEmpty {
+            body = .bytes(ByteBuffer(bytes: bytes))
+            if let type = request.body.contentType, case .form = request.body {
+                headers.replaceOrAdd(name: "Content-Type", value: type)
+            } else if let type = request.body.contentType, !headers.contains(name: "content-type") {
+                headers.replaceOrAdd(name: "Content-Type", value: type)
+            }
+        }
+        let timeout = p.endpoint.timeout ?? p.config.config.limits.defaultTimeout
+        return UpstreamRequest(method: request.method, url: p.upstream.baseURL + request.target, headers: headers, body: body, timeout: timeout)
+    }
+
+    /// Buffered endpoints read (and may store) the body, so they ask for it unencoded: the
+    /// client's own `Accept-Encoding` must not make a stored body unusable for another
+    /// client, nor an envelope unreadable. Streamed pass-through keeps the client's.
+    static func askForIdentity(_ request: inout UpstreamRequest) {
+        request.headers.replaceOrAdd(name: "Accept-Encoding", value: "identity")
+    }
+}

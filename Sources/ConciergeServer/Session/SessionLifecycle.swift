@@ -1,0 +1,65 @@
+import ConciergeCore
+import ConciergeStorage
+import Foundation
+import Logging
+
+/// The one owner of the session's side effects: a login captured from a reply, a token
+/// renewed by the refresher, and the one way a session ends (a logout code, a warning code
+/// with `logout`, a failed refresh, the admin API). Each stores the change, logs it, counts
+/// it and publishes its event; nothing else writes the session.
+struct SessionLifecycle: Sendable {
+    let session: SessionState
+    let cache: CacheStore
+    let stats: ProxyStats
+    let events: EventBus
+    let logger: Logger
+
+    /// Stores the tokens a login reply carried (`session.capture`).
+    func login(_ reply: TokenReply?, from json: JSONValue, capture: ConciergeConfig.Capture) async {
+        guard case .good(let access, let refreshToken, let expiresIn)? = reply else {
+            logger.warning("login reply has no access token; session unchanged", metadata: ["path": "\(capture.accessToken)"])
+            return
+        }
+        let now = Date()
+        let tokens = SessionTokens(accessToken: access, refreshToken: refreshToken,
+                                   userID: capture.userID.flatMap { json[path: $0]?.parameterText }, setAt: now,
+                                   kind: .user, expiresAt: TokenReply.expiry(expiresIn, from: now))
+        do {
+            try await session.set(tokens)
+            logger.info("session captured", metadata: ["user": "\(tokens.userID ?? "-")", "access_token": "\(TokenMask.mask(access))"])
+            events.publish("session.login", ["user": tokens.userID.map(JSONValue.string) ?? .null])
+        } catch {
+            logger.error("could not store the session", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Stores renewed tokens unless the session changed since `generation` (a logout or a
+    /// new login meanwhile wins).
+    /// - Returns: whether the tokens were stored.
+    func renewed(_ tokens: SessionTokens, ifGeneration generation: Int) async throws -> Bool {
+        guard try await session.replace(ifGeneration: generation, with: tokens) else { return false }
+        switch tokens.kind {
+        case .user:
+            logger.info("access token refreshed", metadata: ["user": "\(tokens.userID ?? "-")"])
+        case .app:
+            let expiresIn = tokens.expiresAt.map { String(Int($0.timeIntervalSince(tokens.setAt))) } ?? "-"
+            logger.info("app token fetched", metadata: ["expires_in": "\(expiresIn)"])
+        }
+        events.publish("session.refreshed", ["user": tokens.userID.map(JSONValue.string) ?? .null, "kind": .string(tokens.kind.rawValue)])
+        return true
+    }
+
+    /// Ends the session if it still holds `accessToken` (`nil`: whatever session there is):
+    /// drops it, removes that user's cached entries, counts a logout, publishes `session.logout`.
+    /// - Returns: the tokens dropped, or `nil` when a newer session was kept.
+    @discardableResult
+    func logout(ifAccessToken accessToken: String?, reason: JSONValue) async -> SessionTokens? {
+        guard let dropped = try? await session.clear(ifAccessToken: accessToken) else { return nil }
+        stats.increment(.logouts)
+        let removed = dropped.kind == .user ? ((try? await cache.invalidate(.user(dropped.cacheUser))) ?? 0) : 0
+        logger.info("session dropped", metadata: ["user": "\(dropped.userID ?? "-")", "reason": "\(reason.parameterText)",
+                                                  "entries_removed": "\(removed)"])
+        events.publish("session.logout", ["user": dropped.userID.map(JSONValue.string) ?? .null, "reason": reason])
+        return dropped
+    }
+}

@@ -1,0 +1,14 @@
+import AsyncHTTPClient
+
+/// How requests reach an upstream: the seam between the request path and the network.
+/// ``UpstreamClient`` is the real one; unit tests script replies through their own.
+public protocol UpstreamTransport: Sendable {
+    /// Sends a request and buffers the reply up to `maxBody` bytes; `request.timeout` bounds
+    /// the whole exchange.
+    func send(_ request: UpstreamRequest, maxBody: Int) async throws(UpstreamFailure) -> UpstreamResponse
+
+    /// Sends a request and hands back the reply with its body still streaming.
+    func stream(_ request: UpstreamRequest) async throws(UpstreamFailure) -> HTTPClientResponse
+}
+
+extension UpstreamClient: UpstreamTransport {}
