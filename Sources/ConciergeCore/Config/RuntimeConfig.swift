@@ -100,10 +100,4 @@ public final class Runtime: Sendable {
             return true
         }
     }
-
-    /// The upstream an endpoint goes to right now.
-    public func upstream(for endpoint: EndpointPolicy, in snapshot: (config: RuntimeConfig, environment: String)) -> ConciergeConfig.Upstream {
-        let name = endpoint.upstream ?? snapshot.environment
-        return snapshot.config.config.upstream(named: name) ?? snapshot.config.config.upstreams[0]
-    }
 }
