@@ -79,6 +79,45 @@ struct AdminAPITests {
         }
     }
 
+    @Test("after a mixed load /stats and /metrics report the same value for every counter")
+    func statsEqualMetrics() async throws {
+        try await ConciergeTestRig.with { rig in
+            var sent = 0
+            func send(_ work: () async throws -> TestResponse) async rethrows {
+                _ = try await work()
+                sent += 1
+            }
+            try await send { try await rig.login("ivy") }
+            try await send { try await rig.get("/api/items") }
+            try await send { try await rig.get("/api/items") }
+            try await send { try await rig.get("/api/items", headers: [("Cache-Control", "no-cache")]) }
+            try await send { try await rig.get("/api/user/info") }
+            try await send { try await rig.get("/api/user/info") }
+            try await send { try await rig.get("/api/always-expired") }
+            try await send { try await rig.get("/api/fail") }
+            try await send { try await rig.get("/api/echo?x=1") }
+            let batch: JSONValue = ["requests": [["id": "a", "method": "GET", "path": "/api/items"],
+                                                 ["id": "b", "method": "GET", "path": "/api/items/7"]]]
+            try await send { try await rig.postJSON("/_concierge/batch", batch) }
+            sent += 2  // the batch's sub-requests are counted one by one
+            _ = try await rig.admin(.POST, "/cache/invalidate", json: ["pattern": "items/7"])
+            _ = try await rig.admin(.DELETE, "/session")
+            // A request is counted once its reply is written: wait for the last one.
+            let expected = sent
+            #expect(try await eventually { try await rig.admin(.GET, "/stats").json?[path: "requests"] == .int(Int64(expected)) })
+            let stats = try #require(try await rig.admin(.GET, "/stats").json)
+            let metrics = try await rig.admin(.GET, "/metrics").text
+            let names = ["requests", "hits", "misses", "stale", "bypass", "refreshes", "replays", "logouts", "upstream_errors", "invalidations"]
+            for name in names {
+                let value = try #require(stats[path: name]?.intValue, "\(name)")
+                #expect(metrics.contains("\nconcierge_\(name)_total \(value)\n"), "\(name) = \(value) in /stats")
+            }
+            for name in ["hits", "misses", "bypass", "refreshes", "replays", "logouts", "upstream_errors", "invalidations"] {
+                #expect((stats[path: name]?.intValue ?? 0) > 0, "\(name) was exercised")
+            }
+        }
+    }
+
     @Test("stats and metrics agree with the traffic sent")
     func statsAndMetrics() async throws {
         try await ConciergeTestRig.with { rig in
