@@ -170,16 +170,7 @@ public enum ConfigLoader {
         // common
         var common = ConciergeConfig.Common(headers: HTTPHeaders(), params: [])
         if let node = top["common"], let m = r.mapping(node, "common", allowed: ["headers", "params"]) {
-            if let n = m["headers"] {
-                for (k, v) in r.pairs(n, "common.headers") {
-                    guard let s = r.string(v, "common.headers.\(k)") else { continue }
-                    if let problem = HTTPFieldSyntax.problem(name: k, value: s) {
-                        r.fail("common.headers.\(HTTPFieldSyntax.printable(k))", v, problem)
-                    } else {
-                        common.headers.add(name: k, value: s)
-                    }
-                }
-            }
+            if let n = m["headers"] { common.headers = r.headerFields(n, "common.headers") }
             if let n = m["params"] {
                 for (k, v) in r.pairs(n, "common.params") {
                     if let s = r.string(v, "common.params.\(k)") { common.params.append((k, s)) }
@@ -540,16 +531,7 @@ public enum ConfigLoader {
                 r.fail("\(path).encoding", v, "expected form or json, found '\(s)'")
             }
         }
-        if let v = m["headers"] {
-            for (k, hv) in r.pairs(v, "\(path).headers") {
-                guard let s = r.string(hv, "\(path).headers.\(k)") else { continue }
-                if let problem = HTTPFieldSyntax.problem(name: k, value: s) {
-                    r.fail("\(path).headers.\(HTTPFieldSyntax.printable(k))", hv, problem)
-                } else {
-                    t.headers.add(name: k, value: s)
-                }
-            }
-        }
+        if let v = m["headers"] { t.headers = r.headerFields(v, "\(path).headers") }
         if let v = m["query"] {
             for (k, qv) in r.pairs(v, "\(path).query") {
                 if let s = r.string(qv, "\(path).query.\(k)") { t.query.append((k, s)) }

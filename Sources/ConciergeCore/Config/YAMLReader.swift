@@ -1,4 +1,5 @@
 import Foundation
+import NIOHTTP1
 import Yams
 
 /// Walks a composed YAML tree, converting values and collecting every problem with its key
@@ -140,21 +141,36 @@ final class YAMLReader {
     }
 
     func duration(_ node: Node, _ path: String) -> Duration? {
-        guard let text = scalarText(node, path, expected: "a duration") else { return nil }
-        guard let value = ValueParsers.duration(text) else {
-            fail(path, node, "invalid duration '\(text)' (use 30s, 5m, 1h or seconds)")
+        parsed(node, path, expected: "a duration", ValueParsers.duration) { "invalid duration '\($0)' (use 30s, 5m, 1h or seconds)" }
+    }
+
+    func size(_ node: Node, _ path: String) -> Int? {
+        parsed(node, path, expected: "a size", ValueParsers.size) { "invalid size '\($0)' (use 512KB, 64MB, 1GB or bytes)" }
+    }
+
+    /// A scalar read by `parse`; what it refuses is reported with `problem`.
+    private func parsed<Value>(_ node: Node, _ path: String, expected: String, _ parse: (String) -> Value?,
+                               problem: (String) -> String) -> Value? {
+        guard let text = scalarText(node, path, expected: expected) else { return nil }
+        guard let value = parse(text) else {
+            fail(path, node, problem(text))
             return nil
         }
         return value
     }
 
-    func size(_ node: Node, _ path: String) -> Int? {
-        guard let text = scalarText(node, path, expected: "a size") else { return nil }
-        guard let value = ValueParsers.size(text) else {
-            fail(path, node, "invalid size '\(text)' (use 512KB, 64MB, 1GB or bytes)")
-            return nil
+    /// A mapping of header fields, each name and value checked as RFC 9110 requires.
+    func headerFields(_ node: Node, _ path: String) -> HTTPHeaders {
+        var headers = HTTPHeaders()
+        for (name, value) in pairs(node, path) {
+            guard let text = string(value, "\(path).\(name)") else { continue }
+            if let problem = HTTPFieldSyntax.problem(name: name, value: text) {
+                fail("\(path).\(HTTPFieldSyntax.printable(name))", value, problem)
+            } else {
+                headers.add(name: name, value: text)
+            }
         }
-        return value
+        return headers
     }
 
     func stringList(_ node: Node, _ path: String) -> [String]? {

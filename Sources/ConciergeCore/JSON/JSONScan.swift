@@ -129,13 +129,32 @@ public enum JSONScan {
             return ok
         }
 
-        mutating func object(depth: Int, onPath: Int?) -> Bool {
+        /// After `[` or `{`: whether the container is empty (its closer consumed).
+        mutating func opensEmpty(closer: UInt8) -> Bool {
             index += 1
             skipWhitespace()
-            if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
+            guard index < bytes.count, bytes[index] == closer else { return false }
+            index += 1
+            return true
+        }
+
+        /// After a member or element: the closer ends the container (`true`), a comma leads
+        /// to the next one (`false`), anything else is malformed (`nil`).
+        mutating func closes(with closer: UInt8) -> Bool? {
+            skipWhitespace()
+            guard index < bytes.count else { return nil }
+            if bytes[index] == closer {
                 index += 1
                 return true
             }
+            guard bytes[index] == UInt8(ascii: ",") else { return nil }
+            index += 1
+            skipWhitespace()
+            return false
+        }
+
+        mutating func object(depth: Int, onPath: Int?) -> Bool {
+            if opensEmpty(closer: UInt8(ascii: "}")) { return true }
             // Duplicate keys: the parser keeps the first, so only the first match stays on the path.
             var matched = false
             while true {
@@ -149,41 +168,20 @@ public enum JSONScan {
                     next = k + 1
                     matched = true
                 }
-                guard value(depth: depth, onPath: next) else { return false }
-                skipWhitespace()
-                guard index < bytes.count else { return false }
-                if bytes[index] == UInt8(ascii: "}") {
-                    index += 1
-                    return true
-                }
-                guard bytes[index] == UInt8(ascii: ",") else { return false }
-                index += 1
-                skipWhitespace()
+                guard value(depth: depth, onPath: next), let closed = closes(with: UInt8(ascii: "}")) else { return false }
+                if closed { return true }
             }
         }
 
         mutating func array(depth: Int, onPath: Int?) -> Bool {
-            index += 1
-            skipWhitespace()
-            if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
-                index += 1
-                return true
-            }
+            if opensEmpty(closer: UInt8(ascii: "]")) { return true }
             var position = 0
             let wanted: Int? = onPath.flatMap { k in k < path.count ? Int(String(decoding: path[k], as: UTF8.self)) : nil }
             while true {
                 let next: Int? = (wanted == position) ? onPath.map { $0 + 1 } : nil
-                guard value(depth: depth, onPath: next) else { return false }
+                guard value(depth: depth, onPath: next), let closed = closes(with: UInt8(ascii: "]")) else { return false }
+                if closed { return true }
                 position += 1
-                skipWhitespace()
-                guard index < bytes.count else { return false }
-                if bytes[index] == UInt8(ascii: "]") {
-                    index += 1
-                    return true
-                }
-                guard bytes[index] == UInt8(ascii: ",") else { return false }
-                index += 1
-                skipWhitespace()
             }
         }
 
