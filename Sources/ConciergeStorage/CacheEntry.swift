@@ -20,17 +20,9 @@ public struct CacheEntry: Sendable {
 
     public init(key: String, endpoint: String, userID: String?, status: Int, headers: HTTPHeaders,
                 body: ByteBuffer, storedAt: Double, ttl: Double, staleWhileRevalidate: Double, staleIfError: Double, version: Int) {
-        self.key = key
-        self.endpoint = endpoint
-        self.userID = userID
-        self.status = status
-        self.headers = headers
-        self.body = body
-        self.storedAt = storedAt
-        self.ttl = ttl
-        self.staleWhileRevalidate = staleWhileRevalidate
-        self.staleIfError = staleIfError
-        self.version = version
+        (self.key, self.endpoint, self.userID, self.version) = (key, endpoint, userID, version)
+        (self.status, self.headers, self.body) = (status, headers, body)
+        (self.storedAt, self.ttl, self.staleWhileRevalidate, self.staleIfError) = (storedAt, ttl, staleWhileRevalidate, staleIfError)
     }
 
     /// Approximate bytes this entry takes (body, key, headers).

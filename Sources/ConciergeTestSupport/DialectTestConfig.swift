@@ -13,21 +13,17 @@ public enum DialectTestConfig {
         "DINGTALK_SECRET": SampleAPIConfiguration.defaultClientSecret,
     ]
 
-    public static let oauth2Endpoints = """
-        - name: token
-          match: POST /oauth/token
-        - name: me
-          match: GET /api/me
-          login: required
-          cache: { ttl: 60s }
-        - name: items
-          match: GET /api/items
-          login: required
-        - name: forbidden
-          match: GET /api/forbidden
-          login: required
-          cache: { ttl: 60s }
+    /// `me` (cached), `items` and `forbidden` (cached), all `login: required`, at a dialect's paths.
+    static func userEndpoints(me: String, items: String, forbidden: String) -> String {
         """
+        - { name: me, match: "GET \(me)", login: required, cache: { ttl: 60s } }
+        - { name: items, match: "GET \(items)", login: required }
+        - { name: forbidden, match: "GET \(forbidden)", login: required, cache: { ttl: 60s } }
+        """
+    }
+
+    public static let oauth2Endpoints = "- { name: token, match: \"POST /oauth/token\" }\n"
+        + userEndpoints(me: "/api/me", items: "/api/items", forbidden: "/api/forbidden")
 
     public static func oauth2(sessionExtra: String = "") -> String {
         """
@@ -63,21 +59,10 @@ public enum DialectTestConfig {
     }
 
     public static let weChatEndpoints = """
-        - name: userInfo
-          match: GET /cgi-bin/user/info
-          login: required
-          cache: { ttl: 60s }
-        - name: items
-          match: GET /cgi-bin/items
-          login: required
-          cache: { ttl: 60s }
-        - name: forbidden
-          match: GET /cgi-bin/forbidden
-          login: required
-          cache: { ttl: 60s }
-        - name: stale
-          match: GET /cgi-bin/stale
-          login: required
+        - { name: userInfo, match: "GET /cgi-bin/user/info", login: required, cache: { ttl: 60s } }
+        - { name: items, match: "GET /cgi-bin/items", login: required, cache: { ttl: 60s } }
+        - { name: forbidden, match: "GET /cgi-bin/forbidden", login: required, cache: { ttl: 60s } }
+        - { name: stale, match: "GET /cgi-bin/stale", login: required }
         """
 
     public static func weChat(sessionExtra: String = "") -> String {
@@ -102,19 +87,7 @@ public enum DialectTestConfig {
         """
     }
 
-    public static let dingTalkEndpoints = """
-        - name: me
-          match: GET /v1.0/contact/users/me
-          login: required
-          cache: { ttl: 60s }
-        - name: items
-          match: GET /v1.0/items
-          login: required
-        - name: forbidden
-          match: GET /v1.0/forbidden
-          login: required
-          cache: { ttl: 60s }
-        """
+    public static let dingTalkEndpoints = userEndpoints(me: "/v1.0/contact/users/me", items: "/v1.0/items", forbidden: "/v1.0/forbidden")
 
     public static func dingTalk(sessionExtra: String = "") -> String {
         """

@@ -2,53 +2,22 @@
 /// the SQLite file in the test's own directory, the sample API's session conventions.
 public enum TestConfig {
     public static let defaultEndpoints = """
-        - name: login
-          match: POST /api/login
-        - name: refreshToken
-          match: POST /api/token/refresh
-        - name: userInfo
-          match: GET /api/user/info
-          login: required
-          cache: { ttl: 5m }
-        - name: updateProfile
-          match: POST /api/user/update
-          login: required
-          invalidates: [userInfo]
-        - name: alwaysExpired
-          match: GET /api/always-expired
-          login: required
-        - name: itemList
-          match: GET,POST /api/items
-          cache: { ttl: 60s }
-        - name: item
-          match: GET /api/items/{id}
-          cache: { ttl: 60s }
-        - name: slow
-          match: GET /api/slow
-          timeout: 2s
-        - name: echo
-          match: /api/echo
-        - name: businessError
-          match: GET /api/business-error
-          cache: { ttl: 60s }
-        - name: nonJSON
-          match: GET /api/nonjson
-          cache: { ttl: 60s }
-        - name: empty
-          match: GET /api/empty
-          cache: { ttl: 60s }
-        - name: noStore
-          match: GET /api/nostore
-          cache: { ttl: 60s }
-        - name: fail
-          match: GET /api/fail
-          cache: { ttl: 60s }
-        - name: download
-          match: GET /api/download/*
-          envelope: false
-        - name: upload
-          match: POST /api/upload
-          envelope: false
+        - { name: login, match: "POST /api/login" }
+        - { name: refreshToken, match: "POST /api/token/refresh" }
+        - { name: userInfo, match: "GET /api/user/info", login: required, cache: { ttl: 5m } }
+        - { name: updateProfile, match: "POST /api/user/update", login: required, invalidates: [userInfo] }
+        - { name: alwaysExpired, match: "GET /api/always-expired", login: required }
+        - { name: itemList, match: "GET,POST /api/items", cache: { ttl: 60s } }
+        - { name: item, match: "GET /api/items/{id}", cache: { ttl: 60s } }
+        - { name: slow, match: "GET /api/slow", timeout: 2s }
+        - { name: echo, match: "/api/echo" }
+        - { name: businessError, match: "GET /api/business-error", cache: { ttl: 60s } }
+        - { name: nonJSON, match: "GET /api/nonjson", cache: { ttl: 60s } }
+        - { name: empty, match: "GET /api/empty", cache: { ttl: 60s } }
+        - { name: noStore, match: "GET /api/nostore", cache: { ttl: 60s } }
+        - { name: fail, match: "GET /api/fail", cache: { ttl: 60s } }
+        - { name: download, match: "GET /api/download/*", envelope: false }
+        - { name: upload, match: "POST /api/upload", envelope: false }
         """
 
     public static let defaultSession = """

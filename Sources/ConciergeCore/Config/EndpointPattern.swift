@@ -26,13 +26,6 @@ public struct EndpointPattern: Sendable {
         self.path = path
     }
 
-    public enum ParseError: Error, Equatable {
-        case empty
-        case badMethod(String)
-        case badPath(String)
-        case badRegex(String)
-    }
-
     /// Parses `GET,POST /api/items`, `/api/items` (any method) or `GET ~^/api/v[0-9]+/`.
     public static func parse(_ text: String) throws(ParseError) -> EndpointPattern {
         let trimmed = text.trimmingCharacters(in: .whitespaces)
@@ -112,6 +105,14 @@ public struct EndpointPattern: Sendable {
             remaining = remaining[end...]
             index += 1
         }
+    }
+
+    /// Why a `match` value was refused.
+    public enum ParseError: Error, Equatable {
+        case empty
+        case badMethod(String)
+        case badPath(String)
+        case badRegex(String)
     }
 }
 

@@ -174,21 +174,17 @@ final class YAMLReader {
     }
 
     func stringList(_ node: Node, _ path: String) -> [String]? {
-        guard let items = sequence(node, path) else { return nil }
-        var out: [String] = []
-        for (i, item) in items.enumerated() {
-            if let s = string(item, "\(path)[\(i)]") { out.append(s) }
-        }
-        return out
+        list(node, path) { string($0, $1) }
     }
 
     func intList(_ node: Node, _ path: String) -> [Int]? {
+        list(node, path) { int($0, $1) }
+    }
+
+    /// A sequence whose items `element` reads; bad items are reported and left out.
+    private func list<Element>(_ node: Node, _ path: String, _ element: (Node, String) -> Element?) -> [Element]? {
         guard let items = sequence(node, path) else { return nil }
-        var out: [Int] = []
-        for (i, item) in items.enumerated() {
-            if let v = int(item, "\(path)[\(i)]") { out.append(v) }
-        }
-        return out
+        return items.enumerated().compactMap { i, item in element(item, "\(path)[\(i)]") }
     }
 
     /// Converts a YAML subtree to JSON (for canned bodies and the refresh body).

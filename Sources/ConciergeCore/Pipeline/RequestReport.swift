@@ -23,11 +23,7 @@ public struct RequestReport: Sendable {
 
     public init(endpoint: String = "default", cache: CacheStatus? = nil, businessCode: BusinessCode? = nil, replays: Int = 0,
                 upstreamTime: Duration? = nil, succeeded: Bool = false) {
-        self.endpoint = endpoint
-        self.cache = cache
-        self.businessCode = businessCode
-        self.replays = replays
-        self.upstreamTime = upstreamTime
-        self.succeeded = succeeded
+        (self.endpoint, self.cache, self.businessCode) = (endpoint, cache, businessCode)
+        (self.replays, self.upstreamTime, self.succeeded) = (replays, upstreamTime, succeeded)
     }
 }

@@ -24,12 +24,8 @@ public struct IncomingRequest: Sendable {
 
     public init(method: String, target: String, headers: HTTPHeaders, body: Body = .buffered(ByteBuffer()),
                 clientAddress: String? = nil, isSubRequest: Bool = false) {
-        self.method = method
-        self.target = target
-        self.headers = headers
-        self.body = body
-        self.clientAddress = clientAddress
-        self.isSubRequest = isSubRequest
+        (self.method, self.target, self.headers, self.body) = (method, target, headers, body)
+        (self.clientAddress, self.isSubRequest) = (clientAddress, isSubRequest)
     }
 }
 

@@ -11,7 +11,8 @@ import Synchronization
 ///    revalidated, concurrent misses share one upstream call (``MissCoalescer``);
 /// 8–14. ``UpstreamExchange``: inject, sign, send, read the envelope, renew and replay, log
 ///    out, then ``EnvelopeSuccess`` (validate, capture, invalidate, unwrap);
-/// 15. store what may be stored; reply. Opaque requests stream through ``StreamedForward``.
+/// 15. store what may be stored; reply. Opaque requests stream through
+///    ``UpstreamExchange/forwardStreamed(_:body:)``.
 ///
 /// ``fastPath(_:)`` is the synchronous subset a listener runs on its event loop: a fresh
 /// hot-tier hit answered without a task or any I/O.
@@ -20,18 +21,13 @@ public final class ProxyPipeline: Sendable {
     let cache: CacheStore
     let session: SessionState
     let exchange: UpstreamExchange
-    let streamed: StreamedForward
     let events: EventBus
     private let coalescer = MissCoalescer<Fetched>()
     private let revalidating = Mutex<Set<String>>([])
 
-    init(runtime: Runtime, cache: CacheStore, session: SessionState, exchange: UpstreamExchange, streamed: StreamedForward, events: EventBus) {
-        self.runtime = runtime
-        self.cache = cache
-        self.session = session
-        self.exchange = exchange
-        self.streamed = streamed
-        self.events = events
+    init(runtime: Runtime, cache: CacheStore, exchange: UpstreamExchange) {
+        (self.runtime, self.cache, self.exchange) = (runtime, cache, exchange)
+        (session, events) = (exchange.lifecycle.session, exchange.lifecycle.events)
     }
 
     /// A request after steps 1–6, or its answer when the login guard refused it.
@@ -80,7 +76,7 @@ public final class ProxyPipeline: Sendable {
         case .answer(let answer): return answer
         case .ready(let prepared, let streamedBody):
             guard prepared.endpoint.envelope || prepared.endpoint.isCacheable else {
-                return await streamed.run(prepared, body: streamedBody)
+                return await exchange.forwardStreamed(prepared, body: streamedBody)
             }
             p = prepared
         }

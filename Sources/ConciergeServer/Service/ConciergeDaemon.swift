@@ -88,8 +88,7 @@ public final class ConciergeDaemon: Sendable {
         let exchange = UpstreamExchange(transport: transport, refresher: refresher, lifecycle: lifecycle,
                                         success: EnvelopeSuccess(lifecycle: lifecycle, stats: stats, logger: logger),
                                         health: health, stats: stats, logger: logger)
-        let streamed = StreamedForward(transport: transport, refresher: refresher, session: session, health: health, stats: stats, logger: logger)
-        return ProxyPipeline(runtime: runtime, cache: cache, session: session, exchange: exchange, streamed: streamed, events: events)
+        return ProxyPipeline(runtime: runtime, cache: cache, exchange: exchange)
     }
 
     static func level(_ level: ConciergeConfig.Log.Level) -> Logger.Level {

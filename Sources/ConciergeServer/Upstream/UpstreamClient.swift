@@ -20,14 +20,6 @@ public struct UpstreamRequest: Sendable {
         /// without the terminating chunk).
         case stream(AsyncThrowingStream<ByteBuffer, any Error>, length: Int?)
     }
-
-    public init(method: String, url: String, headers: HTTPHeaders, body: Body, timeout: Duration) {
-        self.method = method
-        self.url = url
-        self.headers = headers
-        self.body = body
-        self.timeout = timeout
-    }
 }
 
 /// A buffered upstream reply.
@@ -35,12 +27,6 @@ public struct UpstreamResponse: Sendable {
     public var status: Int
     public var headers: HTTPHeaders
     public var body: ByteBuffer
-
-    public init(status: Int, headers: HTTPHeaders, body: ByteBuffer) {
-        self.status = status
-        self.headers = headers
-        self.body = body
-    }
 }
 
 /// Why an upstream call produced no usable reply.

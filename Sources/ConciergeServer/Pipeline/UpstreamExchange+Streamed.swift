@@ -2,20 +2,13 @@ import ConciergeCore
 import Logging
 import NIOHTTP1
 
-/// A non-JSON, uncached request (downloads, uploads, anything opaque): forwarded with its
-/// bodies streamed both ways, nothing read or stored.
-struct StreamedForward: Sendable {
-    let transport: any UpstreamTransport
-    let refresher: TokenRefresher
-    let session: SessionState
-    let health: UpstreamHealth
-    let stats: ProxyStats
-    let logger: Logger
-
-    func run(_ p: PreparedRequest, body: IncomingRequest.Body?) async -> ProxyAnswer {
-        var attempt = UpstreamExchange.Attempt(token: p.token)
+extension UpstreamExchange {
+    /// A non-JSON, uncached request (downloads, uploads, anything opaque): forwarded with its
+    /// bodies streamed both ways, nothing read or stored.
+    func forwardStreamed(_ p: PreparedRequest, body: IncomingRequest.Body?) async -> ProxyAnswer {
+        var attempt = Attempt(token: p.token)
         if p.injects {
-            switch await TokenBeforeSending.decide(p, refresher: refresher, session: session.current) {
+            switch await TokenBeforeSending.decide(p, refresher: refresher, session: lifecycle.session.current) {
             case .send(let token): attempt.token = token
             case .answer(let reply, let code): return attempt.answer(reply, p, code: code)
             }
