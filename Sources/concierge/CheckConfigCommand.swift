@@ -48,7 +48,9 @@ enum EffectiveConfig {
         lines.append("admin token: \(c.admin.token != nil ? "set (inline or CONCIERGE_ADMIN_TOKEN)" : c.admin.tokenFile.map { "from \($0)" } ?? "NOT SET (admin listener disabled)")")
         lines.append("storage: \(c.storage.path), max \(c.storage.maxBytes) bytes, memory tier \(c.storage.memoryBytes) bytes")
         lines.append("upstreams:")
-        for u in c.upstreams { lines.append("  \(u.name): \(u.baseURL)\(u.name == c.environment ? "  (current environment)" : "")") }
+        for u in c.upstreams {
+            lines.append("  \(u.name): \(u.baseURL)\(u.caFile.map { " (trusts \($0))" } ?? "")\(u.name == c.environment ? "  (current environment)" : "")")
+        }
         if !c.common.headers.isEmpty || !c.common.params.isEmpty {
             lines.append("common: headers \(c.common.headers.map { "\($0.name)=\($0.value)" }.joined(separator: ", ")); params \(c.common.params.map { "\($0.name)=\($0.value)" }.joined(separator: ", "))")
         }

@@ -60,6 +60,9 @@ public struct ConciergeConfig: Sendable {
         public var port: Int
         /// Path prefix of the base URL ("" or "/v1").
         public var basePath: String
+        /// PEM file of the certificate authorities trusted for this (https) upstream instead of
+        /// the system trust store (`upstreams.<name>.ca_file`).
+        public var caFile: String? = nil
     }
 
     public struct Common: Sendable {

@@ -141,12 +141,9 @@ public enum ConfigLoader {
         // upstreams
         var upstreams: [ConciergeConfig.Upstream] = []
         if let node = top["upstreams"] {
+            r.declareKeys("upstreams.<name>", upstreamKeys)
             for (name, value) in r.pairs(node, "upstreams") {
-                let path = "upstreams.\(name)"
-                guard let text = r.nonEmptyString(value, path) else { continue }
-                if let upstream = parseUpstream(name: name, text) { upstreams.append(upstream) } else {
-                    r.fail(path, value, "expected an http:// or https:// base URL, found '\(text)'")
-                }
+                if let upstream = upstream(name: name, value, r) { upstreams.append(upstream) }
             }
             if upstreams.isEmpty, r.issues.isEmpty { r.fail("upstreams", node, "at least one upstream is required") }
         } else {
@@ -589,6 +586,39 @@ public enum ConfigLoader {
         if let n = m["timestamp_param"] { config.timestampParam = YAMLReader.isNull(n) ? nil : r.nonEmptyString(n, "\(path).timestamp_param") }
         if let n = m["nonce_param"] { config.nonceParam = YAMLReader.isNull(n) ? nil : r.nonEmptyString(n, "\(path).nonce_param") }
         return config
+    }
+
+    /// The long form of an upstream: `{ url: ..., ca_file: ... }`.
+    static let upstreamKeys = ["url", "ca_file"]
+
+    /// `upstreams.<name>`: a base URL, or the long form with a CA file trusted for https.
+    static func upstream(name: String, _ node: Node, _ r: YAMLReader) -> ConciergeConfig.Upstream? {
+        let path = "upstreams.\(name)"
+        var (urlNode, urlPath) = (node, path)
+        var caFile: (path: String, node: Node)?
+        if case .mapping = node {
+            guard let m = r.mapping(node, path, allowed: upstreamKeys, schemaPath: "upstreams.<name>") else { return nil }
+            guard let url = m["url"] else {
+                r.fail(path, node, "missing 'url': the upstream's http:// or https:// base URL")
+                return nil
+            }
+            (urlNode, urlPath) = (url, "\(path).url")
+            if let n = m["ca_file"], !YAMLReader.isNull(n), let file = r.nonEmptyString(n, "\(path).ca_file") { caFile = (file, n) }
+        }
+        guard let text = r.nonEmptyString(urlNode, urlPath) else { return nil }
+        guard var upstream = parseUpstream(name: name, text) else {
+            r.fail(urlPath, urlNode, "expected an http:// or https:// base URL, found '\(text)'")
+            return nil
+        }
+        if let caFile {
+            if let problem = CertificateFile.problem(at: caFile.path) {
+                r.fail("\(path).ca_file", caFile.node, problem)
+            } else if upstream.scheme != "https" {
+                r.fail("\(path).ca_file", caFile.node, "only an https:// upstream uses a CA file, found '\(text)'")
+            }
+            upstream.caFile = caFile.path
+        }
+        return upstream
     }
 
     static func parseUpstream(name: String, _ text: String) -> ConciergeConfig.Upstream? {

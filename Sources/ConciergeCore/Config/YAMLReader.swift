@@ -36,8 +36,10 @@ final class YAMLReader {
     }
 
     /// The entries of a mapping, reporting keys not in `allowed` as unknown.
-    func mapping(_ node: Node, _ path: String, allowed: [String]) -> [String: Node]? {
-        allowedKeys[Self.schemaPath(path), default: []].formUnion(allowed)
+    /// - Parameter schemaPath: where the keys are listed in ``allowedKeys`` when `path` holds a
+    ///   free-form name (`upstreams.<name>`); by default `path` with list indexes dropped.
+    func mapping(_ node: Node, _ path: String, allowed: [String], schemaPath: String? = nil) -> [String: Node]? {
+        declareKeys(schemaPath ?? Self.schemaPath(path), allowed)
         guard case .mapping(let mapping) = node else {
             fail(path, node, "expected a mapping, found \(Self.kind(node))")
             return nil
@@ -61,6 +63,11 @@ final class YAMLReader {
             result[key] = value
         }
         return result
+    }
+
+    /// Lists the keys a mapping at `schemaPath` allows, whether or not this document has one there.
+    func declareKeys(_ schemaPath: String, _ keys: [String]) {
+        allowedKeys[schemaPath, default: []].formUnion(keys)
     }
 
     /// All entries of a free-form string mapping (common headers and params, upstreams).
