@@ -1,0 +1,165 @@
+import NIOCore
+import NIOHTTP1
+import NIOSSL
+
+/// One keep-alive HTTP/1.1 client channel to an upstream: the last handler of its pipeline
+/// (after `NIOSSLClientHandler` for https, and NIO's request encoder and response decoder).
+/// It runs one exchange at a time and buffers the reply up to a limit.
+///
+/// - Important: Confined to its channel's event loop, like the ``UpstreamLoopPool`` that
+///   drives it: every method is called there.
+final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPClientResponsePart
+    typealias OutboundOut = HTTPClientRequestPart
+
+    /// How one exchange ended.
+    enum Outcome {
+        /// A whole reply; `keepAlive` is false when either side said `Connection: close`
+        /// (or HTTP/1.0 without keep-alive).
+        case response(UpstreamResponse, keepAlive: Bool)
+        /// No usable reply. `beforeReply` is true when not one reply byte arrived (the
+        /// connection was closed or reset under the request), so an idempotent request may
+        /// be sent again on another connection.
+        case failed(UpstreamFailure, beforeReply: Bool)
+    }
+
+    private struct Exchange {
+        let maxBody: Int
+        /// A reply to HEAD announces a length it does not send.
+        let isHead: Bool
+        let completion: (Outcome) -> Void
+        var head: HTTPResponseHead?
+        var body: ByteBuffer?
+        var closeAfter: Bool
+    }
+
+    private var context: ChannelHandlerContext?
+    private var exchange: Exchange?
+    private var isClosed = false
+    /// Exchanges completed on this connection: more than zero makes it a reused one.
+    private(set) var completedExchanges = 0
+    /// Called once, when the channel goes inactive (after any exchange in flight has failed).
+    var onClose: (() -> Void)?
+
+    var isBusy: Bool { exchange != nil }
+    var closeFuture: EventLoopFuture<Void>? { context?.channel.closeFuture }
+
+    /// Sends a request; `completion` is called exactly once, on the event loop.
+    func execute(_ head: HTTPRequestHead, body: ByteBuffer?, maxBody: Int, completion: @escaping (Outcome) -> Void) {
+        precondition(exchange == nil, "one exchange at a time on an upstream connection")
+        guard let context, !isClosed else {
+            completion(.failed(.unreachable("upstream connection closed"), beforeReply: true))
+            return
+        }
+        let closeAfter = head.headers[canonicalForm: "connection"].contains { $0.lowercased() == "close" }
+        exchange = Exchange(maxBody: maxBody, isHead: head.method == .HEAD, completion: completion, closeAfter: closeAfter)
+        context.write(wrapOutboundOut(.head(head)), promise: nil)
+        if let body, body.readableBytes > 0 { context.write(wrapOutboundOut(.body(.byteBuffer(body))), promise: nil) }
+        let written = context.eventLoop.makePromise(of: Void.self)
+        context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: written)
+        written.futureResult.assumeIsolated().whenFailure { [weak self] error in
+            self?.fail(.unreachable("writing the request: \(error)"), error: error)
+        }
+    }
+
+    /// Closes the channel; an exchange in flight is dropped without a callback (its owner
+    /// already answered it: deadline, cancellation).
+    func abandon() {
+        exchange = nil
+        close()
+    }
+
+    func close() {
+        guard let context, !isClosed else { return }
+        context.close(promise: nil)
+    }
+
+    // MARK: ChannelInboundHandler
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        self.context = nil
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard exchange != nil else {
+            // A reply nobody asked for: the connection's framing can no longer be trusted.
+            close()
+            return
+        }
+        switch unwrapInboundIn(data) {
+        case .head(let head):
+            exchange?.head = head
+            if let exchange, Self.announcesBody(head, isHead: exchange.isHead),
+               let length = head.headers.first(name: "content-length").flatMap(Int.init), length > exchange.maxBody {
+                fail(.tooLarge, error: nil)
+            }
+        case .body(let part):
+            guard var exchange else { return }
+            guard (exchange.body?.readableBytes ?? 0) + part.readableBytes <= exchange.maxBody else {
+                fail(.tooLarge, error: nil)
+                return
+            }
+            if exchange.body == nil { exchange.body = part } else { exchange.body!.writeImmutableBuffer(part) }
+            self.exchange = exchange
+        case .end:
+            finish()
+        }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        fail(.unreachable("\(error)"), error: error)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        isClosed = true
+        let midReply = exchange?.head != nil
+        fail(.unreachable(midReply ? "upstream closed the connection mid-reply" : "upstream closed the connection"), error: nil)
+        onClose?()
+        onClose = nil
+        context.fireChannelInactive()
+    }
+
+    // MARK: Ending an exchange
+
+    private func finish() {
+        guard let exchange, let head = exchange.head else { return }
+        self.exchange = nil
+        completedExchanges += 1
+        let response = UpstreamResponse(status: Int(head.status.code), headers: head.headers, body: exchange.body ?? ByteBuffer())
+        // A body read to the end of the connection ends while the channel is already inactive.
+        let open = !isClosed && context?.channel.isActive == true
+        exchange.completion(.response(response, keepAlive: head.isKeepAlive && !exchange.closeAfter && open))
+    }
+
+    private static func announcesBody(_ head: HTTPResponseHead, isHead: Bool) -> Bool {
+        !isHead && head.status != .noContent && head.status != .notModified
+    }
+
+    /// Fails the exchange in flight, if any, and closes the connection.
+    /// - Parameter error: the underlying error; a decoding error means reply bytes arrived.
+    private func fail(_ failure: UpstreamFailure, error: (any Error)?) {
+        if let exchange {
+            self.exchange = nil
+            let beforeReply = exchange.head == nil && !(error is HTTPParserError)
+            exchange.completion(.failed(failure, beforeReply: beforeReply))
+        }
+        close()
+    }
+}
+
+extension UpstreamConnection {
+    /// Adds TLS (for https), NIO's HTTP/1.1 client codec and an ``UpstreamConnection`` to a
+    /// new channel's pipeline. Runs on the channel's event loop.
+    static func configure(_ channel: any Channel, tls: (context: NIOSSLContext, serverName: String?)?) throws {
+        let pipeline = channel.pipeline.syncOperations
+        if let tls {
+            try pipeline.addHandler(NIOSSLClientHandler(context: tls.context, serverHostname: tls.serverName))
+        }
+        try pipeline.addHTTPClientHandlers()
+        try pipeline.addHandler(UpstreamConnection())
+    }
+}

@@ -1,0 +1,127 @@
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import Synchronization
+
+/// Keep-alive HTTP/1.1 connections to upstreams on raw SwiftNIO: per event loop and origin
+/// (scheme, host, port, CA file) a bounded set of client channels, each one exchange at a
+/// time, replies buffered up to a limit. The buffered path's transport
+/// (``PooledUpstreamTransport``).
+///
+/// - A request uses a pool on the caller's event loop when it runs on one of the group's
+///   loops (or names one in ``preferredEventLoop``), so its client channel shares that loop;
+///   otherwise the loops take turns.
+/// - At most ``Configuration/maxConnectionsPerOrigin`` connections per loop and origin;
+///   beyond that requests wait in line (at most ``Configuration/maxWaitingPerOrigin``, then
+///   ``UpstreamFailure/unreachable(_:)``).
+/// - `request.timeout` bounds the whole exchange (waiting, connecting, sending, reading):
+///   past it the connection in use is closed and the request fails with
+///   ``UpstreamFailure/timeout``. A failed connect is ``UpstreamFailure/unreachable(_:)``;
+///   a body over `maxBody` is ``UpstreamFailure/tooLarge`` (the connection is closed).
+/// - Connections idle past ``Configuration/idleTimeout`` are closed; one the upstream closes
+///   is dropped; a reply with `Connection: close` (or HTTP/1.0 without keep-alive) closes it.
+/// - A request that fails on a reused connection before any reply byte (the upstream had
+///   closed it) is sent once more on a new connection when its method is idempotent.
+public final class UpstreamConnectionPool: Sendable {
+    public struct Configuration: Sendable {
+        /// Connections per event loop and origin (idle, busy and opening together).
+        public var maxConnectionsPerOrigin = 16
+        /// Requests waiting for a connection per event loop and origin.
+        public var maxWaitingPerOrigin = 4096
+        public var idleTimeout: TimeAmount = .seconds(60)
+        /// The longest a connect may take, whatever time the request has left.
+        public var connectTimeout: TimeAmount = .seconds(5)
+
+        public init() {}
+    }
+
+    /// An event loop whose pool a task's requests should use (its client channels then run on
+    /// that loop), when the task itself does not run on one.
+    @TaskLocal public static var preferredEventLoop: (any EventLoop)?
+
+    private struct Loop: Sendable {
+        let eventLoop: any EventLoop
+        let pool: NIOLoopBoundBox<UpstreamLoopPool>
+    }
+
+    private let loops: [Loop]
+    private let nextLoop = Atomic<Int>(0)
+    private let nextRequest = Atomic<Int>(0)
+
+    public init(group: any EventLoopGroup, configuration: Configuration = .init()) {
+        let tls = UpstreamTLSContexts()
+        loops = group.makeIterator().map { loop in
+            Loop(eventLoop: loop, pool: .makeBoxSendingValue(UpstreamLoopPool(eventLoop: loop, configuration: configuration, tls: tls),
+                                                              eventLoop: loop))
+        }
+        precondition(!loops.isEmpty, "an event loop group without loops")
+    }
+
+    /// Sends a request with a buffered body (`.none` or `.bytes`) and buffers the reply.
+    ///
+    /// - Parameter caFile: the PEM file trusted for an https origin instead of the system store.
+    public func send(_ request: UpstreamRequest, maxBody: Int, caFile: String? = nil) async throws(UpstreamFailure) -> UpstreamResponse {
+        guard let (origin, target) = UpstreamOrigin.parse(request.url, caFile: caFile) else {
+            throw .unreachable("not an http:// or https:// URL: \(request.url)")
+        }
+        let body: ByteBuffer?
+        switch request.body {
+        case .none: body = nil
+        case .bytes(let bytes): body = bytes
+        case .stream: throw .unreachable("a streamed request body cannot go through the connection pool")
+        }
+        let loop = chooseLoop()
+        let exchange = PendingExchange(
+            id: nextRequest.wrappingAdd(1, ordering: .relaxed).oldValue, origin: origin,
+            head: origin.requestHead(method: request.method, target: target, headers: request.headers, bodyLength: body?.readableBytes ?? 0),
+            body: body, maxBody: maxBody, deadline: .now() + .nanoseconds(request.timeout.nanoseconds),
+            promise: loop.eventLoop.makePromise(), cancellation: CancellationFlag())
+        do {
+            return try await withTaskCancellationHandler {
+                if loop.eventLoop.inEventLoop {
+                    loop.pool.value.start(exchange)
+                } else {
+                    loop.eventLoop.execute { loop.pool.value.start(exchange) }
+                }
+                return try await exchange.promise.futureResult.get()
+            } onCancel: {
+                exchange.cancellation.set()
+                loop.eventLoop.execute { loop.pool.value.giveUp(exchange.id, .unreachable("cancelled")) }
+            }
+        } catch {
+            throw (error as? UpstreamFailure) ?? .unreachable("\(error)")
+        }
+    }
+
+    /// Open connections (idle, busy or opening) over every loop and origin.
+    public func connectionCount() async -> Int {
+        var total = 0
+        for loop in loops {
+            total += (try? await loop.eventLoop.submit { loop.pool.value.connectionCount }.get()) ?? 0
+        }
+        return total
+    }
+
+    /// Fails requests in flight and closes every connection; later requests fail at once.
+    public func shutdown() async {
+        let closed = loops.map { loop in loop.eventLoop.flatSubmit { loop.pool.value.shutdown() } }
+        guard let first = loops.first else { return }
+        try? await EventLoopFuture.andAllComplete(closed, on: first.eventLoop).get()
+    }
+
+    private func chooseLoop() -> Loop {
+        for candidate in [MultiThreadedEventLoopGroup.currentEventLoop, Self.preferredEventLoop] {
+            if let candidate, let loop = loops.first(where: { $0.eventLoop === candidate }) { return loop }
+        }
+        let turn = UInt(bitPattern: nextLoop.wrappingAdd(1, ordering: .relaxed).oldValue)
+        return loops[Int(turn % UInt(loops.count))]
+    }
+}
+
+/// Whether a request's task was cancelled; read on the event loop, set from any thread.
+final class CancellationFlag: Sendable {
+    private let flag = Atomic<Bool>(false)
+
+    var isSet: Bool { flag.load(ordering: .acquiring) }
+    func set() { flag.store(true, ordering: .releasing) }
+}
