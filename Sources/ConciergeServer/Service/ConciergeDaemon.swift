@@ -22,6 +22,8 @@ public final class ConciergeDaemon: Sendable {
     public let stats: ProxyStats
     public let events: EventBus
     public let client: UpstreamClient
+    /// Buffered exchanges through Concierge's own connection pool, streamed ones through `client`.
+    public let transport: PooledUpstreamTransport
     public let pipeline: ProxyPipeline
     /// The one owner of session side effects (login, renewal, logout).
     let lifecycle: SessionLifecycle
@@ -62,8 +64,9 @@ public final class ConciergeDaemon: Sendable {
         stats = ProxyStats()
         events = EventBus()
         client = UpstreamClient(eventLoopGroup: group)
+        transport = PooledUpstreamTransport(group: group, client: client) { [runtime] in runtime.current.config.upstreams }
         lifecycle = SessionLifecycle(session: session, cache: cache, stats: stats, events: events, logger: logger)
-        pipeline = Self.makePipeline(runtime: runtime, cache: cache, lifecycle: lifecycle, transport: client, logger: logger)
+        pipeline = Self.makePipeline(runtime: runtime, cache: cache, lifecycle: lifecycle, transport: transport, logger: logger)
         hooks = HookDispatcher(runtime: runtime, client: client, logger: logger)
         let hooks = self.hooks
         events.addObserver { hooks.deliver($0) }
@@ -145,11 +148,11 @@ public final class ConciergeDaemon: Sendable {
         do {
             try await serviceGroup.run()
         } catch {
-            await client.shutdown()
+            await transport.shutdown()
             try? database.pool.close()
             throw error
         }
-        await client.shutdown()
+        await transport.shutdown()
         events.closeAll()
         try? database.pool.close()
         logger.info("stopped")

@@ -4,6 +4,7 @@ import Foundation
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import NIOSSL
 
 /// A request ready to go upstream: absolute URL, headers, body.
 public struct UpstreamRequest: Sendable {
@@ -47,7 +48,8 @@ public enum UpstreamFailure: Error, Sendable, CustomStringConvertible {
     }
 }
 
-/// The pooled AsyncHTTPClient every upstream call goes through.
+/// The pooled AsyncHTTPClient: streamed upstream exchanges and hooks go through it (buffered
+/// ones take ``UpstreamConnectionPool`` in the daemon, see ``PooledUpstreamTransport``).
 public final class UpstreamClient: Sendable {
     public let http: HTTPClient
 
@@ -76,11 +78,14 @@ public final class UpstreamClient: Sendable {
     ///
     /// `request.timeout` is a deadline over the whole exchange: connect, head and body (an
     /// upstream that dribbles its body is cut there, its connection closed).
-    public func send(_ request: UpstreamRequest, maxBody: Int) async throws(UpstreamFailure) -> UpstreamResponse {
+    ///
+    /// - Parameter tlsConfiguration: replaces the client's for this request (an upstream's `ca_file`).
+    public func send(_ request: UpstreamRequest, maxBody: Int,
+                     tlsConfiguration: TLSConfiguration?) async throws(UpstreamFailure) -> UpstreamResponse {
         let deadline = NIODeadline.now() + .nanoseconds(request.timeout.nanoseconds)
         let end = ContinuousClock.now + request.timeout
         do {
-            let response = try await http.execute(makeRequest(request), deadline: deadline)
+            let response = try await http.execute(makeRequest(request, tlsConfiguration: tlsConfiguration), deadline: deadline)
             // AsyncHTTPClient's deadline ends with the head; the body gets the time left.
             let body = try await withThrowingTaskGroup(of: ByteBuffer?.self) { group in
                 group.addTask { try await response.body.collect(upTo: maxBody) }
@@ -98,13 +103,22 @@ public final class UpstreamClient: Sendable {
         }
     }
 
+    public func send(_ request: UpstreamRequest, maxBody: Int) async throws(UpstreamFailure) -> UpstreamResponse {
+        try await send(request, maxBody: maxBody, tlsConfiguration: nil)
+    }
+
     /// Sends a request and hands back the reply with its body still streaming; the body
     /// ends with ``UpstreamFailure/timeout`` at `request.timeout` after the start.
     public func stream(_ request: UpstreamRequest) async throws(UpstreamFailure) -> HTTPClientResponse {
+        try await stream(request, tlsConfiguration: nil)
+    }
+
+    /// ``stream(_:)`` with `tlsConfiguration` replacing the client's (an upstream's `ca_file`).
+    public func stream(_ request: UpstreamRequest, tlsConfiguration: TLSConfiguration?) async throws(UpstreamFailure) -> HTTPClientResponse {
         let deadline = NIODeadline.now() + .nanoseconds(request.timeout.nanoseconds)
         let end = ContinuousClock.now + request.timeout
         do {
-            var response = try await http.execute(makeRequest(request), deadline: deadline)
+            var response = try await http.execute(makeRequest(request, tlsConfiguration: tlsConfiguration), deadline: deadline)
             response.body = .stream(DeadlineBody(body: response.body, deadline: end))
             return response
         } catch {
@@ -124,8 +138,9 @@ public final class UpstreamClient: Sendable {
         return .unreachable("\(error)")
     }
 
-    func makeRequest(_ request: UpstreamRequest) -> HTTPClientRequest {
+    func makeRequest(_ request: UpstreamRequest, tlsConfiguration: TLSConfiguration? = nil) -> HTTPClientRequest {
         var r = HTTPClientRequest(url: request.url)
+        r.tlsConfiguration = tlsConfiguration
         r.method = HTTPMethod(rawValue: request.method)
         r.headers = request.headers
         switch request.body {

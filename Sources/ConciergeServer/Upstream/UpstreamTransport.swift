@@ -1,7 +1,8 @@
 import AsyncHTTPClient
 
 /// How requests reach an upstream: the seam between the request path and the network.
-/// ``UpstreamClient`` is the real one; unit tests script replies through their own.
+/// ``PooledUpstreamTransport`` is the daemon's (its own connection pool for buffered
+/// exchanges, ``UpstreamClient`` for streamed ones); unit tests script replies through their own.
 public protocol UpstreamTransport: Sendable {
     /// Sends a request and buffers the reply up to `maxBody` bytes; `request.timeout` bounds
     /// the whole exchange.
