@@ -21,6 +21,8 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
         .package(url: "https://github.com/apple/swift-crypto.git", from: "3.12.3"),
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
+        .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.1"),
+        .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
     ],
     targets: [
         /// Pure logic: config schema and validation, endpoint matching, cache keys,
@@ -122,7 +124,14 @@ let package = Package(
         .testTarget(name: "ConciergeStorageTests", dependencies: ["ConciergeStorage"]),
         .testTarget(
             name: "ConciergeServerTests",
-            dependencies: ["ConciergeServer", "ConciergeTestSupport", "ConciergeSampleAPI"]
+            dependencies: [
+                "ConciergeServer", "ConciergeTestSupport", "ConciergeSampleAPI",
+                // A test CA and server certificate for the https upstream tests.
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
         ),
     ],
     swiftLanguageModes: [.v6]
