@@ -28,13 +28,14 @@ final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
         /// A reply to HEAD announces a length it does not send.
         let isHead: Bool
         let completion: (Outcome) -> Void
-        var head: HTTPResponseHead?
-        var body: ByteBuffer?
-        var closeAfter: Bool
+        let closeAfter: Bool
     }
 
     private var context: ChannelHandlerContext?
     private var exchange: Exchange?
+    /// The reply so far, kept outside `exchange` so the body grows in place.
+    private var replyHead: HTTPResponseHead?
+    private var replyBody: ByteBuffer?
     private var isClosed = false
     /// Exchanges completed on this connection: more than zero makes it a reused one.
     private(set) var completedExchanges = 0
@@ -53,6 +54,7 @@ final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
         }
         let closeAfter = head.headers[canonicalForm: "connection"].contains { $0.lowercased() == "close" }
         exchange = Exchange(maxBody: maxBody, isHead: head.method == .HEAD, completion: completion, closeAfter: closeAfter)
+        (replyHead, replyBody) = (nil, nil)
         context.write(wrapOutboundOut(.head(head)), promise: nil)
         if let body, body.readableBytes > 0 { context.write(wrapOutboundOut(.body(.byteBuffer(body))), promise: nil) }
         let written = context.eventLoop.makePromise(of: Void.self)
@@ -65,7 +67,7 @@ final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
     /// Closes the channel; an exchange in flight is dropped without a callback (its owner
     /// already answered it: deadline, cancellation).
     func abandon() {
-        exchange = nil
+        (exchange, replyHead, replyBody) = (nil, nil, nil)
         close()
     }
 
@@ -85,26 +87,27 @@ final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        guard exchange != nil else {
+        guard let exchange else {
             // A reply nobody asked for: the connection's framing can no longer be trusted.
             close()
             return
         }
         switch unwrapInboundIn(data) {
         case .head(let head):
-            exchange?.head = head
-            if let exchange, Self.announcesBody(head, isHead: exchange.isHead),
-               let length = head.headers.first(name: "content-length").flatMap(Int.init), length > exchange.maxBody {
+            replyHead = head
+            guard Self.announcesBody(head, isHead: exchange.isHead),
+                  let length = head.headers.first(name: "content-length").flatMap(Int.init) else { return }
+            if length > exchange.maxBody {
                 fail(.tooLarge, error: nil)
+            } else if length > 0 {
+                replyBody = context.channel.allocator.buffer(capacity: min(length, 1 << 20))
             }
         case .body(let part):
-            guard var exchange else { return }
-            guard (exchange.body?.readableBytes ?? 0) + part.readableBytes <= exchange.maxBody else {
+            guard (replyBody?.readableBytes ?? 0) + part.readableBytes <= exchange.maxBody else {
                 fail(.tooLarge, error: nil)
                 return
             }
-            if exchange.body == nil { exchange.body = part } else { exchange.body!.writeImmutableBuffer(part) }
-            self.exchange = exchange
+            if replyBody == nil { replyBody = part } else { replyBody!.writeImmutableBuffer(part) }
         case .end:
             finish()
         }
@@ -116,7 +119,7 @@ final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
 
     func channelInactive(context: ChannelHandlerContext) {
         isClosed = true
-        let midReply = exchange?.head != nil
+        let midReply = exchange != nil && replyHead != nil
         fail(.unreachable(midReply ? "upstream closed the connection mid-reply" : "upstream closed the connection"), error: nil)
         onClose?()
         onClose = nil
@@ -126,10 +129,11 @@ final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
     // MARK: Ending an exchange
 
     private func finish() {
-        guard let exchange, let head = exchange.head else { return }
-        self.exchange = nil
+        guard let exchange, let head = replyHead else { return }
+        let body = replyBody ?? ByteBuffer()
+        (self.exchange, replyHead, replyBody) = (nil, nil, nil)
         completedExchanges += 1
-        let response = UpstreamResponse(status: Int(head.status.code), headers: head.headers, body: exchange.body ?? ByteBuffer())
+        let response = UpstreamResponse(status: Int(head.status.code), headers: head.headers, body: body)
         // A body read to the end of the connection ends while the channel is already inactive.
         let open = !isClosed && context?.channel.isActive == true
         exchange.completion(.response(response, keepAlive: head.isKeepAlive && !exchange.closeAfter && open))
@@ -143,8 +147,8 @@ final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
     /// - Parameter error: the underlying error; a decoding error means reply bytes arrived.
     private func fail(_ failure: UpstreamFailure, error: (any Error)?) {
         if let exchange {
-            self.exchange = nil
-            let beforeReply = exchange.head == nil && !(error is HTTPParserError)
+            let beforeReply = replyHead == nil && !(error is HTTPParserError)
+            (self.exchange, replyHead, replyBody) = (nil, nil, nil)
             exchange.completion(.failed(failure, beforeReply: beforeReply))
         }
         close()
