@@ -183,6 +183,58 @@ struct UpstreamPoolTests {
         }
     }
 
+    // MARK: Which event loop
+
+    /// Runs its work on one event loop's thread (an actor whose executor is the loop).
+    actor LoopPinned {
+        let eventLoop: any EventLoop
+        nonisolated var unownedExecutor: UnownedSerialExecutor { eventLoop.executor.asUnownedSerialExecutor() }
+
+        init(_ eventLoop: any EventLoop) {
+            self.eventLoop = eventLoop
+        }
+
+        func send(_ pool: UpstreamConnectionPool, _ request: UpstreamRequest) async -> String? {
+            precondition(eventLoop.inEventLoop)
+            return try? String(buffer: await pool.send(request, maxBody: 1 << 20).body)
+        }
+    }
+
+    @Test("a caller on one of the group's loops uses that loop's pool; preferredEventLoop names one; else the loops take turns")
+    func loopChoice() async throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
+        let loops = Array(group.makeIterator())
+        let pool = UpstreamConnectionPool(group: group)
+        do {
+            try await loopChoice(pool, loops)
+        } catch {
+            await pool.shutdown()
+            try? await group.shutdownGracefully()
+            throw error
+        }
+        await pool.shutdown()
+        try await group.shutdownGracefully()
+    }
+
+    func loopChoice(_ pool: UpstreamConnectionPool, _ loops: [any EventLoop]) async throws {
+        try await withUpstream(reply: { _ in .send(body: Self.okBody) }) { upstream in
+            let pinned = LoopPinned(loops[1])
+            for i in 0..<10 {
+                #expect(await pinned.send(pool, request(upstream.url + "/pinned/\(i)")) == Self.okBody)
+            }
+            #expect(upstream.counts.accepted == 1)
+            for i in 0..<10 {
+                let result = await UpstreamConnectionPool.$preferredEventLoop.withValue(loops[1]) {
+                    await send(pool, request(upstream.url + "/preferred/\(i)"))
+                }
+                #expect(Self.body(result) == Self.okBody)
+            }
+            #expect(upstream.counts.accepted == 1, "the same loop, the same kept-alive connection")
+            for i in 0..<4 { _ = await send(pool, request(upstream.url + "/turns/\(i)")) }
+            #expect(upstream.counts.accepted == 2, "the other loop opened its own")
+        }
+    }
+
     // MARK: Failures
 
     @Test("a head and part of a Content-Length body, then close: unreachable, and the connection is gone")

@@ -59,8 +59,12 @@ public final class UpstreamConnectionPool: Sendable {
 
     /// Sends a request with a buffered body (`.none` or `.bytes`) and buffers the reply.
     ///
+    /// Runs on the caller's executor (`nonisolated(nonsending)`), so a caller on one of the
+    /// group's event loops (an actor whose executor is the loop) is seen there and served by
+    /// that loop's pool without a thread hop.
+    ///
     /// - Parameter caFile: the PEM file trusted for an https origin instead of the system store.
-    public func send(_ request: UpstreamRequest, maxBody: Int, caFile: String? = nil) async throws(UpstreamFailure) -> UpstreamResponse {
+    nonisolated(nonsending) public func send(_ request: UpstreamRequest, maxBody: Int, caFile: String? = nil) async throws(UpstreamFailure) -> UpstreamResponse {
         guard let (origin, target) = UpstreamOrigin.parse(request.url, caFile: caFile) else {
             throw .unreachable("not an http:// or https:// URL: \(request.url)")
         }

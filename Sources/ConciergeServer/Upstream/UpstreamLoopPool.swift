@@ -174,9 +174,15 @@ final class UpstreamLoopPool {
 
     private func execute(_ id: RequestID, on connection: ConnectionID, in origin: Origin) {
         origin.idleTimers.removeValue(forKey: connection)?.cancel()
-        guard let exchange = exchanges[id], let handler = origin.connections[connection] else {
-            // Not expected: every request that gives up is withdrawn first.
+        // Neither is expected (a request that gives up is withdrawn first; a connection's
+        // handler leaves with its place), but neither may strand the other.
+        guard let exchange = exchanges[id] else {
             perform(origin.state.released(connection), in: origin)
+            return
+        }
+        guard let handler = origin.connections[connection] else {
+            remove(connection, from: origin)
+            lease(id, origin)
             return
         }
         let reused = handler.completedExchanges > 0
