@@ -37,16 +37,16 @@ public final class ProxyPipeline: Sendable {
     }
 
     func prepare(_ incoming: IncomingRequest) -> Preparation {
-        let (config, environment) = runtime.snapshot
+        let route = incoming.route ?? runtime.route(method: incoming.method, target: incoming.target)
         var buffered: ByteBuffer? = nil
         if case .buffered(let body) = incoming.body { buffered = body }
         let received = PreparedRequest.Received(method: incoming.method, target: incoming.target, headers: incoming.headers,
                                                 body: buffered, clientAddress: incoming.clientAddress)
-        switch PreparedRequest.prepare(received, config: config, environment: environment, session: session.current) {
+        switch PreparedRequest.prepare(received, route: route, session: session.current) {
         case .ready(let prepared):
             return .ready(prepared, streamedBody: buffered == nil ? incoming.body : nil)
         case .notLoggedIn(let endpoint):
-            let (reply, code) = LocalReplies.notLoggedIn(config)
+            let (reply, code) = LocalReplies.notLoggedIn(route.config)
             return .answer(ProxyAnswer(reply, RequestReport(endpoint: endpoint, businessCode: code)))
         }
     }

@@ -67,6 +67,8 @@ final class ProxyHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     private var remoteAddress: String?
     /// A local answer (`OPTIONS *`) waiting for the end of the request.
     private var pendingLocalReply: ProxyReply?
+    /// The route decided when the head arrived, until the request is dispatched.
+    private var currentRoute: PreparedRequest.Route?
 
     init(server: ProxyServerContext) {
         self.server = server
@@ -255,7 +257,9 @@ final class ProxyHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             return
         }
         let limits = config.config.limits
-        let streamsBody = server.streams(method: head.method.wireName, target: head.uri)
+        let route = server.route(method: head.method.wireName, target: head.uri)
+        currentRoute = route
+        let streamsBody = route?.streamsBody ?? false
         let length = head.headers.first(name: "content-length").flatMap(Int.init)
         if let length, length > limits.maxBodyBytes, !streamsBody {
             state = .discarding
@@ -289,8 +293,10 @@ final class ProxyHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             writeSynchronously(local, version: head.version, isHead: false, keepAlive: keepAlive, context: context)
             return
         }
-        let incoming = IncomingRequest(method: head.method.wireName, target: head.uri, headers: head.headers, body: body,
+        var incoming = IncomingRequest(method: head.method.wireName, target: head.uri, headers: head.headers, body: body,
                                        clientAddress: remoteAddress)
+        incoming.route = currentRoute
+        currentRoute = nil
         var prepared: ProxyPipeline.Preparation? = nil
         if case .buffered = body, let fast = server.fastPath(incoming) {
             switch fast {

@@ -48,12 +48,11 @@ final class ProxyServerContext: Sendable {
         return await pipeline.handle(incoming)
     }
 
-    /// Whether the request body is streamed to the upstream rather than buffered.
-    func streams(method: String, target: String) -> Bool {
-        if target.hasPrefix(ConciergeRoutes.prefix) { return false }
-        let path = target.firstIndex(of: "?").map { String(target[..<$0]) } ?? target
-        let endpoint = runtime.current.router.route(method: method, path: path)
-        return !endpoint.envelope && !endpoint.isCacheable
+    /// The request's route, decided once as its head arrives; `nil` for Concierge's own
+    /// routes (their bodies are always buffered).
+    func route(method: String, target: String) -> PreparedRequest.Route? {
+        if target.hasPrefix(ConciergeRoutes.prefix) { return nil }
+        return runtime.route(method: method, target: target)
     }
 
     /// An absolute-form target turned into origin form and its host, only when it names an
