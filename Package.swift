@@ -120,7 +120,10 @@ let package = Package(
         .testTarget(name: "ConciergeStorageTests", dependencies: ["ConciergeStorage"]),
         .testTarget(
             name: "ConciergeServerTests",
-            dependencies: ["ConciergeServer", "ConciergeTestSupport", "ConciergeSampleAPI"]
+            dependencies: [
+                "ConciergeServer", "ConciergeTestSupport", "ConciergeSampleAPI",
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+            ]
         ),
     ],
     swiftLanguageModes: [.v6]

@@ -3,18 +3,15 @@ import Foundation
 import Logging
 import NIOCore
 import NIOHTTP1
-import Synchronization
 
 /// What every proxy connection shares: the pipeline, Concierge's own routes under
-/// `/_concierge/`, the request log and the count of requests in flight (for a graceful
-/// shutdown).
-final class ProxyServerContext: Sendable {
+/// `/_concierge/` and the request log.
+final class ProxyServerContext: ProxyResponder {
     let pipeline: ProxyPipeline
     let runtime: Runtime
     let ownRoutes: ConciergeRoutes
     /// Counts a finished request in the metrics and writes its log line.
     let record: @Sendable (IncomingRequest, ProxyAnswer, ContinuousClock.Instant) -> Void
-    private let inFlight = Mutex(0)
 
     init(pipeline: ProxyPipeline, stats: ProxyStats, requestLog: RequestLog) {
         self.pipeline = pipeline
@@ -30,7 +27,7 @@ final class ProxyServerContext: Sendable {
         self.ownRoutes = ConciergeRoutes(pipeline: pipeline, log: record)
     }
 
-    var requestsInFlight: Int { inFlight.withLock { $0 } }
+    var currentConfig: RuntimeConfig { runtime.current }
 
     /// A synchronous reply (fresh hot hit or local answer), or the preparation to go on with.
     func fastPath(_ incoming: IncomingRequest) -> ProxyPipeline.FastPath? {
@@ -39,8 +36,6 @@ final class ProxyServerContext: Sendable {
     }
 
     func handle(_ incoming: IncomingRequest, prepared: ProxyPipeline.Preparation? = nil) async -> ProxyAnswer {
-        inFlight.withLock { $0 += 1 }
-        defer { inFlight.withLock { $0 -= 1 } }
         if incoming.target.hasPrefix(ConciergeRoutes.prefix) {
             return await ownRoutes.handle(incoming)
         }
