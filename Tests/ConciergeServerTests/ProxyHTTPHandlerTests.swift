@@ -237,7 +237,7 @@ final class StubResponder: ProxyResponder {
         waiter?.reply.resume(returning: ProxyAnswer(ProxyReply(status: 200, body: .buffer(ByteBuffer(string: body))), RequestReport()))
     }
 
-    func fastPath(_ incoming: IncomingRequest) -> ProxyPipeline.FastPath? {
+    func fastPath(_ incoming: IncomingRequest, encoded: Bool) -> ProxyPipeline.FastPath? {
         calls.withLock { $0.append(incoming.target) }
         guard incoming.target.hasPrefix("/fast/") else { return nil }
         return .answer(ProxyAnswer(ProxyReply(status: 200, body: .buffer(ByteBuffer(string: "fast \(incoming.target)"))), RequestReport()))

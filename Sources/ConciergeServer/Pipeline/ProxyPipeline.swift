@@ -54,15 +54,20 @@ public final class ProxyPipeline: Sendable {
     /// A fresh hot-tier hit (or a local answer), or the preparation to go on with.
     enum FastPath: Sendable {
         case answer(ProxyAnswer)
+        /// A hit as ready bytes (only when the caller asked for them).
+        case encodedHit(EncodedHit)
         case prepared(Preparation)
     }
 
-    func fastPath(_ incoming: IncomingRequest) -> FastPath {
+    /// - Parameter encoded: the caller can write a hit as ready HTTP/1.1 bytes (a keep-alive
+    ///   HTTP/1.1 `GET`).
+    func fastPath(_ incoming: IncomingRequest, encoded: Bool = false) -> FastPath {
         let preparation = prepare(incoming)
         if case .answer(let answer) = preparation { return .answer(answer) }
         guard case .ready(let p, _) = preparation, let key = p.cacheKey, !p.bypass else { return .prepared(preparation) }
         let now = Date().timeIntervalSince1970
         guard let entry = cache.hotLookup(key, now: now), entry.isFresh(at: now) else { return .prepared(preparation) }
+        if encoded, let hit = CachedReply.encoded(entry, p, now: now) { return .encodedHit(hit) }
         return .answer(CachedReply.make(entry, p, status: .hit, now: now))
     }
 

@@ -119,6 +119,18 @@ struct ProxyConnectionStateMachine {
     }
 
     /// A head that passed the checks. `streamsBody`: the endpoint takes its body as a stream.
+    /// A reply is being produced or written: what arrives next waits (the handler's pipelining).
+    var isResponding: Bool {
+        if case .responding = state { return true }
+        return false
+    }
+
+    /// Idle between requests.
+    var isWaitingForHead: Bool {
+        if case .waitingForHead = state { return true }
+        return false
+    }
+
     mutating func headReceived(_ head: HTTPRequestHead, streamsBody: Bool, limits: Limits, now: NIODeadline,
                                started: ContinuousClock.Instant) -> Action {
         guard acceptsHead else { return .none }

@@ -11,8 +11,14 @@ import NIOHTTP1
 /// a ``RequestWork`` item that runs as a child task of ``ProxyListener/run()`` and writes its
 /// whole reply back through the channel. A streamed body that breaks aborts the upstream
 /// request (its stream throws) and is answered 400/408.
-final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelInboundHandler, RemovableChannelHandler {
+///
+/// Pipelining is the handler's own (NIO's pipelining handler is not installed, so a hit can be
+/// written as ready bytes below the response encoder): while a request is being answered,
+/// what arrives next is queued and reading from the socket paused; once the reply is out the
+/// queue is replayed in order. Replies therefore go out in request order, one at a time.
+final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundIn = HTTPServerResponsePart
     typealias OutboundOut = HTTPServerResponsePart
 
     private let responder: Responder
@@ -22,6 +28,14 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelInboundHandler, 
     /// request costs a timestamp, not a timer.
     private var deadlineTimer: RepeatedTask?
     private var remoteAddress: String?
+    /// Request parts that arrived while a reply was being written, in order.
+    private var inbox = CircularBuffer<HTTPServerRequestPart>()
+    /// A `read` held back while a reply is being written (back-pressure on pipelining clients).
+    private var readHeld = false
+    /// The client closed its side: close once the replies owed are out.
+    private var inputClosed = false
+    /// Where ready bytes are written: below the response encoder.
+    private var encoderContext: ChannelHandlerContext?
     /// The route decided when the last head arrived, for the request it dispatches (routed once).
     private var routeOfNextDispatch: PreparedRequest.Route?
     /// The body of the running request while it streams in.
@@ -54,8 +68,55 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelInboundHandler, 
         context.fireChannelInactive()
     }
 
+    func handlerAdded(context: ChannelHandlerContext) {
+        encoderContext = try? context.pipeline.syncOperations.context(handlerType: HTTPResponseEncoder.self)
+    }
+
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        switch unwrapInboundIn(data) {
+        let part = unwrapInboundIn(data)
+        guard !machine.isResponding, inbox.isEmpty else {
+            inbox.append(part)
+            return
+        }
+        receive(part, context: context)
+    }
+
+    func read(context: ChannelHandlerContext) {
+        if machine.isResponding || !inbox.isEmpty {
+            readHeld = true
+        } else {
+            context.read()
+        }
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if case ChannelEvent.inputClosed = event {
+            inputClosed = true
+            closeIfIdleAfterInputClosed(context: context)
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    /// After a reply: the queued parts in order, until one starts a reply of its own; then
+    /// reading resumes.
+    private func resumeAfterReply(context: ChannelHandlerContext) {
+        while !machine.isResponding, let part = inbox.popFirst() {
+            receive(part, context: context)
+        }
+        guard !machine.isResponding, inbox.isEmpty else { return }
+        if readHeld {
+            readHeld = false
+            context.read()
+        }
+        closeIfIdleAfterInputClosed(context: context)
+    }
+
+    private func closeIfIdleAfterInputClosed(context: ChannelHandlerContext) {
+        if inputClosed, machine.isWaitingForHead, inbox.isEmpty { context.close(promise: nil) }
+    }
+
+    private func receive(_ part: HTTPServerRequestPart, context: ChannelHandlerContext) {
+        switch part {
         case .head(let head):
             receiveHead(head, context: context)
         case .body(let part):
@@ -136,9 +197,13 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelInboundHandler, 
         case .buffered(let buffer):
             incoming.body = .buffered(buffer)
             var prepared: ProxyPipeline.Preparation? = nil
-            switch responder.fastPath(incoming) {
+            let takesBytes = encoderContext != nil && head.method == .GET && head.version == .http1_1 && head.isKeepAlive
+            switch responder.fastPath(incoming, encoded: takesBytes) {
             case .answer(let answer):
                 replySynchronously(answer, to: request, incoming, context: context)
+                return
+            case .encodedHit(let hit):
+                writeEncoded(hit, to: request, incoming, context: context)
                 return
             case .prepared(let preparation):
                 prepared = preparation
@@ -163,6 +228,21 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelInboundHandler, 
         write(answer.reply, version: request.head.version, isHead: request.head.method == .HEAD, keepAlive: keepAlive, context: context)
         responder.log(incoming, answer, started: request.started)
         execute(next, context: context)
+        resumeAfterReply(context: context)
+    }
+
+    /// A hit as ready bytes, below the response encoder: the entry's head, `Cache-Status` and
+    /// `Age`, the body; one flush.
+    private func writeEncoded(_ hit: EncodedHit, to request: ProxyConnectionStateMachine.Request, _ incoming: IncomingRequest,
+                              context: ChannelHandlerContext) {
+        guard let encoder = encoderContext else { return }
+        let next = machine.replyFinished(request: request.id, keepAlive: true, now: context.eventLoop.now)
+        encoder.write(NIOAny(hit.head), promise: nil)
+        encoder.write(NIOAny(hit.tail(allocator: context.channel.allocator)), promise: nil)
+        encoder.writeAndFlush(NIOAny(hit.body), promise: nil)
+        responder.log(incoming, hit.answer, started: request.started)
+        execute(next, context: context)
+        resumeAfterReply(context: context)
     }
 
     private func submit(_ request: ProxyConnectionStateMachine.Request, _ incoming: IncomingRequest, prepared: ProxyPipeline.Preparation?,
@@ -198,6 +278,7 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelInboundHandler, 
                     let (handler, context) = loopBound.value
                     let next = handler.machine.replyFinished(request: id, keepAlive: reusable, now: context.eventLoop.now)
                     handler.execute(next, context: context)
+                    handler.resumeAfterReply(context: context)
                 }
             } onCancel: {
                 // The listener's grace period is over: closing the connection fails the reply's
@@ -222,8 +303,8 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelInboundHandler, 
         context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
     }
 
-    /// 408 for a head that never completed. No head reached the HTTP layers, so NIO's
-    /// pipelining handler would refuse a reply: the bytes go out below the response encoder.
+    /// 408 for a head that never completed: no request to answer through the HTTP layers, so
+    /// the bytes go out below the response encoder.
     private func writeHeaderTimeout(context: ChannelHandlerContext) {
         let body = #"{"error":"request header timed out"}"#
         let bytes = "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\n"

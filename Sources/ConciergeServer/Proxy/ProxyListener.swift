@@ -83,12 +83,19 @@ final class ProxyListener: Service {
             .bind(host: host, port: port).get()
     }
 
-    /// A proxy connection's handlers: NIO's HTTP/1.1 server pipeline with pipelining
-    /// assistance, then ``ProxyHTTPHandler``.
+    /// A proxy connection's handlers: NIO's HTTP/1.1 response encoder and request decoder,
+    /// then ``ProxyHTTPHandler``.
+    ///
+    /// Not NIO's `configureHTTPServerPipeline`: ``ProxyHTTPHandler`` orders pipelined requests
+    /// itself and writes hits as ready bytes below the encoder, so the encoder must frame each
+    /// reply from the reply alone (paired with the decoder it would count requests, and a hit it
+    /// never saw would shift its bookkeeping). Bodies of replies to `HEAD` are left out by
+    /// Concierge's writers. Reply headers come from a parsed upstream reply or from Concierge
+    /// itself: no re-validation.
     static func configureConnection(_ pipeline: ChannelPipeline.SynchronousOperations, responder: some ProxyResponder,
                                     requests: RequestWorkQueue) throws {
-        // Reply headers come from a parsed upstream reply or from Concierge itself: no re-validation.
-        try pipeline.configureHTTPServerPipeline(withPipeliningAssistance: true, withErrorHandling: false, withOutboundHeaderValidation: false)
+        try pipeline.addHandler(HTTPResponseEncoder())
+        try pipeline.addHandler(ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes)))
         try pipeline.addHandler(ProxyHTTPHandler(responder: responder, requests: requests))
     }
 }

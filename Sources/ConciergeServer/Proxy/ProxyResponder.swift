@@ -10,7 +10,8 @@ protocol ProxyResponder: Sendable {
 
     /// A reply to write synchronously on the event loop (a fresh hot-tier hit or a local
     /// answer), or the preparation to go on with; `nil` when the request needs ``handle(_:prepared:)``.
-    func fastPath(_ incoming: IncomingRequest) -> ProxyPipeline.FastPath?
+    /// `encoded`: the connection can take a hit as ready HTTP/1.1 bytes.
+    func fastPath(_ incoming: IncomingRequest, encoded: Bool) -> ProxyPipeline.FastPath?
 
     /// The reply, from the pipeline or Concierge's own routes (`prepared` when the fast path
     /// already prepared the request).

@@ -30,9 +30,9 @@ final class ProxyServerContext: ProxyResponder {
     var currentConfig: RuntimeConfig { runtime.current }
 
     /// A synchronous reply (fresh hot hit or local answer), or the preparation to go on with.
-    func fastPath(_ incoming: IncomingRequest) -> ProxyPipeline.FastPath? {
+    func fastPath(_ incoming: IncomingRequest, encoded: Bool) -> ProxyPipeline.FastPath? {
         if incoming.target.hasPrefix(ConciergeRoutes.prefix) { return nil }
-        return pipeline.fastPath(incoming)
+        return pipeline.fastPath(incoming, encoded: encoded)
     }
 
     func handle(_ incoming: IncomingRequest, prepared: ProxyPipeline.Preparation? = nil) async -> ProxyAnswer {

@@ -57,7 +57,8 @@ public final class ConciergeDaemon: Sendable {
         notifier = SystemdNotifier(environment: environment)
         runtime = Runtime(config: config)
         database = try StorageDatabase(path: config.storage.path, logger: logger)
-        cache = try CacheStore(database: database, maxBytes: config.storage.maxBytes, memoryBytes: config.storage.memoryBytes, logger: logger)
+        cache = try CacheStore(database: database, maxBytes: config.storage.maxBytes, memoryBytes: config.storage.memoryBytes, logger: logger,
+                               encodeHead: CachedReply.encodeHead)
         session = try SessionState(store: SessionStore(database: database), logger: logger)
         stats = ProxyStats()
         events = EventBus()
