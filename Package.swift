@@ -70,6 +70,7 @@ let package = Package(
         .target(
             name: "ConciergeSampleAPI",
             dependencies: [
+                "ConciergeCore",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
