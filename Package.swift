@@ -70,6 +70,7 @@ let package = Package(
         .target(
             name: "ConciergeSampleAPI",
             dependencies: [
+                "ConciergeCore",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
@@ -122,6 +123,7 @@ let package = Package(
             name: "ConciergeServerTests",
             dependencies: [
                 "ConciergeServer", "ConciergeTestSupport", "ConciergeSampleAPI",
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
             ]
         ),

@@ -181,7 +181,7 @@ public final class ConciergeDaemon: Sendable {
             logger.error("admin listener not started: no admin token (set admin.token, admin.token_file or CONCIERGE_ADMIN_TOKEN)")
             return nil
         }
-        let router = AdminAPI(control: self, token: token).makeRouter()
+        let router = AdminAPI(control: adminControl, token: token).makeRouter()
         let address: BindAddress
         let socketPath: String?
         switch config.listen.admin {
@@ -258,19 +258,11 @@ public final class ConciergeDaemon: Sendable {
     /// Writes to SQLite are failing, or the live session is not saved yet.
     var storageDegraded: Bool { database.health.isDegraded || session.hasUnsavedChange }
 
-    /// `GET /session`: who, whether tokens are present, `kind` (`user` | `app`), when set and
-    /// `expires_at` (RFC 3339 or null); tokens masked, never shown.
-    func sessionDescription() -> JSONValue {
-        let kind = runtime.current.config.session.kind
-        guard let s = session.current, s.kind == kind else {
-            return ["logged_in": false, "kind": .string(kind.rawValue), "expires_at": .null]
-        }
-        let formatter = ISO8601DateFormatter()
-        return ["logged_in": true, "kind": .string(s.kind.rawValue), "user_id": s.userID.map(JSONValue.string) ?? .null,
-                "access_token": .string(TokenMask.mask(s.accessToken)),
-                "refresh_token": s.refreshToken.map { .string(TokenMask.mask($0)) } ?? .null,
-                "set_at": .string(formatter.string(from: s.setAt)),
-                "expires_at": s.expiresAt.map { .string(formatter.string(from: $0)) } ?? .null]
+    /// The parts of the daemon the admin API reads and steers.
+    var adminControl: AdminControl {
+        AdminControl(runtime: runtime, cache: cache, stats: stats, session: session, lifecycle: lifecycle, events: events, logger: logger,
+                     storageDegraded: { self.storageDegraded }, refreshGauges: { self.refreshCacheGauges() },
+                     reload: { await self.reload() })
     }
 }
 
