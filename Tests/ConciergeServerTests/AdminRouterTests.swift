@@ -61,9 +61,9 @@ final class AdminRouterFixture: Sendable {
         writer = Task { await cache.run() }
         let (stats, events, fault) = (stats, events, storageFault)
         control = AdminControl(
-            runtime: runtime, cache: cache, stats: stats, session: session,
+            runtime: runtime,
             lifecycle: SessionLifecycle(session: session, cache: cache, stats: stats, events: events, logger: logger),
-            events: events, logger: logger,
+            logger: logger,
             storageDegraded: { fault.isDegraded },
             refreshGauges: {
                 stats.setCacheSize(entries: cache.entryCount, bytes: cache.byteCount)

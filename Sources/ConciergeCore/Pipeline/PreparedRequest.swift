@@ -42,11 +42,8 @@ public struct PreparedRequest: Sendable {
         public var clientAddress: String?
 
         public init(method: String, target: String, headers: HTTPHeaders, body: ByteBuffer?, clientAddress: String?) {
-            self.method = method
-            self.target = target
-            self.headers = headers
-            self.body = body
-            self.clientAddress = clientAddress
+            (self.method, self.target, self.headers) = (method, target, headers)
+            (self.body, self.clientAddress) = (body, clientAddress)
         }
     }
 

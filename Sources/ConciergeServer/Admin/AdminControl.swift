@@ -8,13 +8,10 @@ import Logging
 /// without a listener.
 struct AdminControl: Sendable {
     let runtime: Runtime
-    let cache: CacheStore
-    let stats: ProxyStats
-    let session: SessionState
-    /// The one way a session ends (`DELETE /session`): drops it, removes that user's entries,
-    /// counts the logout and publishes `session.logout`.
+    /// The session's owner, and through it the session, the cache, the counters and the event
+    /// bus; `DELETE /session` ends the session through it (drops it, removes that user's
+    /// entries, counts the logout, publishes `session.logout`).
     let lifecycle: SessionLifecycle
-    let events: EventBus
     let logger: Logger
     /// Writes to SQLite are failing, or the live session is not saved yet (`/health`).
     let storageDegraded: @Sendable () -> Bool
@@ -22,6 +19,11 @@ struct AdminControl: Sendable {
     let refreshGauges: @Sendable () -> Void
     /// Re-reads the configuration file (`POST /reload`).
     let reload: @Sendable () async -> ConciergeDaemon.ReloadResult
+
+    var cache: CacheStore { lifecycle.cache }
+    var stats: ProxyStats { lifecycle.stats }
+    var session: SessionState { lifecycle.session }
+    var events: EventBus { lifecycle.events }
 
     /// `GET /session`: who, whether tokens are present, `kind` (`user` | `app`), when set and
     /// `expires_at` (RFC 3339 or null); tokens masked, never shown.

@@ -31,10 +31,11 @@ enum CachedReply {
 /// A hit written as ready bytes: the entry's encoded head, then what varies per hit, then
 /// the body. No `HTTPHeaders`, no response encoder; only `ttl=` and `Age` are formatted.
 struct EncodedHit: Sendable {
-    var head: ByteBuffer
-    var body: ByteBuffer
-    var ttl: Int
-    var age: Int
+    /// The entry's ``EncodedHead`` bytes, and its body.
+    var head, body: ByteBuffer
+    /// Seconds of freshness left (`Cache-Status: …; ttl=`), and the upstream's `Age` plus the
+    /// entry's own.
+    var ttl, age: Int
     var status: Int
     var report: RequestReport
 

@@ -11,22 +11,15 @@ import ServiceLifecycle
 /// Every request that is not answered synchronously on its event loop runs as a child task
 /// of ``run()``'s task group (through a ``RequestWorkQueue``), its whole reply included, so
 /// the shutdown waits for exactly that work: no counting, no polling.
-final class ProxyListener: Service {
+struct ProxyListener: Service {
     let context: ProxyServerContext
+    /// The address to bind (`listen.proxy`); port 0 lets the kernel choose.
     let host: String
     let port: Int
     let group: any EventLoopGroup
     let logger: Logger
+    /// Called with the bound port, for readiness (`READY=1`) and tests.
     let onBound: @Sendable (Int) -> Void
-
-    init(context: ProxyServerContext, host: String, port: Int, group: any EventLoopGroup, logger: Logger, onBound: @escaping @Sendable (Int) -> Void) {
-        self.context = context
-        self.host = host
-        self.port = port
-        self.group = group
-        self.logger = logger
-        self.onBound = onBound
-    }
 
     /// How the two phases of ``run()`` end.
     private enum Phase: Sendable {

@@ -88,7 +88,7 @@ public final class ConciergeDaemon: Sendable {
         let health = UpstreamHealth(events: events)
         let exchange = UpstreamExchange(transport: transport, refresher: refresher, lifecycle: lifecycle,
                                         success: EnvelopeSuccess(lifecycle: lifecycle, stats: stats, logger: logger),
-                                        health: health, stats: stats, logger: logger)
+                                        health: health, logger: logger)
         return ProxyPipeline(runtime: runtime, cache: cache, exchange: exchange)
     }
 
@@ -120,7 +120,7 @@ public final class ConciergeDaemon: Sendable {
         let context = ProxyServerContext(pipeline: pipeline, stats: stats, requestLog: RequestLog(logger: requestLogger))
         guard case .tcp(let proxyHost, let proxyPort) = config.listen.proxy else { preconditionFailure("validated by the loader") }
         let readiness = self.readiness
-        let proxy = ProxyListener(context: context, host: proxyHost, port: proxyPort, group: group, logger: logger) { readiness.proxyBound($0) }
+        let proxy = ProxyListener(context: context, host: proxyHost, port: proxyPort, group: group, logger: logger, onBound: { readiness.proxyBound($0) })
 
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = []
         func add(_ service: any Service) {
@@ -260,7 +260,7 @@ public final class ConciergeDaemon: Sendable {
 
     /// The parts of the daemon the admin API reads and steers.
     var adminControl: AdminControl {
-        AdminControl(runtime: runtime, cache: cache, stats: stats, session: session, lifecycle: lifecycle, events: events, logger: logger,
+        AdminControl(runtime: runtime, lifecycle: lifecycle, logger: logger,
                      storageDegraded: { self.storageDegraded }, refreshGauges: { self.refreshCacheGauges() },
                      reload: { await self.reload() })
     }
