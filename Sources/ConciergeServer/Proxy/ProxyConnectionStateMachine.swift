@@ -11,10 +11,11 @@ import NIOHTTP1
 /// passed in, so a test drives the machine (and the handler, on an `EmbeddedEventLoop`)
 /// through any timeout without waiting.
 ///
-/// - Important: with NIO's pipelining assistance the next request's head arrives as soon as
-///   a reply's `.end` is written, which can be before the reply's writer reports it finished.
-///   A head in ``State/responding(request:)`` therefore starts the next request, and
-///   ``replyFinished(request:keepAlive:now:)`` names the request it is about.
+/// - Important: ``ProxyHTTPHandler`` holds back what arrives during
+///   ``State/responding(request:)`` (its own pipelining), so a head normally arrives only when
+///   the machine waits for one. The machine still accepts a head while responding (it starts
+///   the next request), and ``replyFinished(request:keepAlive:now:)`` names the request it is
+///   about, so a late report for an earlier request never ends a later one.
 struct ProxyConnectionStateMachine {
     /// The limits a connection applies; re-read from the configuration for each request.
     struct Limits: Equatable {
