@@ -88,6 +88,11 @@ public final class CacheStore: Sendable {
 
     private func putHot(_ entry: CacheEntry) {
         var entry = entry
+        // A body read from the network may be a slice of a larger read buffer; the hot tier
+        // keeps its own tight copy so an entry holds only its bytes.
+        if entry.body.storageCapacity > entry.body.readableBytes + 64 {
+            entry.body = ByteBuffer(bytes: entry.body.readableBytesView)
+        }
         if let encodeHead { entry.encodedHead = encodeHead(entry) }
         hot.put(entry)
     }
