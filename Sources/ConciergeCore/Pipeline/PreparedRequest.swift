@@ -55,7 +55,7 @@ public struct PreparedRequest: Sendable {
         public var endpoint: EndpointPolicy
 
         public init(method: String, target: String, config: RuntimeConfig, environment: String) {
-            let path = target.firstIndex(of: "?").map { String(target[..<$0]) } ?? target
+            let path = target.utf8.firstIndex(of: UInt8(ascii: "?")).map { String(target[..<$0]) } ?? target
             (self.config, self.environment) = (config, environment)
             endpoint = config.router.route(method: method, path: path)
         }
