@@ -286,11 +286,21 @@ public final class CacheStore: Sendable {
             if batch.isEmpty {
                 // An eviction pass that ran out of time woke the writer to go on.
                 if !isStopping, needsEviction { await evict() }
+                let written = committedSinceTrim.withLock { n -> Int in
+                    defer { if n >= Self.trimAfterOperations { n = 0 } }
+                    return n
+                }
+                if written >= Self.trimAfterOperations { MemoryTrim.returnFreedMemory() }
                 return
             }
+            committedSinceTrim.withLock { $0 += batch.count }
             await commit(batch)
         }
     }
+
+    /// This many writes, once the queue is empty, leave freed memory worth giving back.
+    static let trimAfterOperations = 1000
+    private let committedSinceTrim = Mutex(0)
 
     private func commit(_ batch: [Operation]) async {
         let touches = touched.withLock { t -> [String: Double] in
