@@ -74,6 +74,7 @@ let package = Package(
         .target(
             name: "ConciergeSampleAPI",
             dependencies: [
+                "ConciergeCore",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
@@ -126,6 +127,8 @@ let package = Package(
             name: "ConciergeServerTests",
             dependencies: [
                 "ConciergeServer", "ConciergeTestSupport", "ConciergeSampleAPI",
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
                 // A test CA and server certificate for the https upstream tests.
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "X509", package: "swift-certificates"),

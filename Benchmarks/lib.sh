@@ -32,6 +32,12 @@ ensure_release_build() {
     [ -x "$CONCIERGE_BIN" ] && [ -x "$SAMPLE_BIN" ] || die "no release binaries in $RELEASE_DIR (unset SKIP_BUILD or set RELEASE_DIR)"
 }
 
+# binary_info: which Concierge build is measured (version, file time), for the summaries.
+binary_info() {
+    printf '%s %s, built %s' "$CONCIERGE_BIN" "$("$CONCIERGE_BIN" --version 2>/dev/null || echo '?')" \
+        "$(date -r "$CONCIERGE_BIN" '+%F %T' 2>/dev/null || echo '?')"
+}
+
 # A free loopback TCP port (the kernel picks; tiny race until the server binds it).
 free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
@@ -55,6 +61,21 @@ wait_http() {
 # Processes started by the script, stopped by stop_all (EXIT trap).
 BENCH_PIDS=()
 track() { BENCH_PIDS+=("$1"); }
+untrack() { # untrack PID: after the script stopped it itself
+    local keep=() p
+    for p in "${BENCH_PIDS[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
+    BENCH_PIDS=("${keep[@]}")
+}
+# run_waited CMD...: CMD in the background, tracked, and waited for: a TERM or INT to the
+# script is handled at once (bash runs traps only between foreground commands) and stops it.
+run_waited() {
+    local p rc=0
+    "$@" &
+    p=$!; track "$p"
+    wait "$p" || rc=$?
+    untrack "$p"
+    return "$rc"
+}
 stop_pid() { # stop_pid PID [grace seconds]: TERM, bounded wait, then KILL
     local pid=$1 grace=${2:-10} i
     kill -0 "$pid" 2>/dev/null || return 0
@@ -132,4 +153,139 @@ make_workdir() {
     chmod 0711 "$WORK"
     trap 'rc=$?; stop_all; rm -rf "$WORK"; exit "$rc"' EXIT
     trap 'exit 130' INT TERM
+}
+
+# --- process trees (a server and every process below it) ---------------------------------
+
+# tree_pids ROOT: ROOT and all its live descendants (nginx master + workers + cache helpers,
+# varnishd manager + child), read from /proc at the time of the call.
+tree_pids() {
+    local root=$1
+    kill -0 "$root" 2>/dev/null || return 0
+    ps -e -o pid=,ppid= | awk -v root="$root" '
+        { parent[$1] = $2 }
+        END {
+            keep[root] = 1; print root
+            do { added = 0
+                 for (p in parent) if (!(p in keep) && (parent[p] in keep)) { keep[p] = 1; print p; added = 1 }
+            } while (added)
+        }'
+}
+# tree_cpu_ticks ROOT: utime + stime + cutime + cstime over the tree, in clock ticks. The
+# c* fields hold the CPU of children already reaped, so a helper that exits during a run
+# (nginx's cache loader, Varnish's VCL compiler) stays counted in its parent.
+tree_cpu_ticks() {
+    local total=0 pid rest
+    for pid in $(tree_pids "$1"); do
+        rest=$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null) || continue
+        set -- $rest
+        total=$((total + ${12} + ${13} + ${14} + ${15}))
+    done
+    echo "$total"
+}
+tree_sys_ticks() {
+    local total=0 pid rest
+    for pid in $(tree_pids "$1"); do
+        rest=$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null) || continue
+        set -- $rest
+        total=$((total + ${13} + ${15}))
+    done
+    echo "$total"
+}
+# tree_rss_kib ROOT: sum of VmRSS over the tree (shared pages count once per process, as
+# `ps` shows them: an upper bound for a forked tree).
+tree_rss_kib() { rss_kib $(tree_pids "$1"); }
+# tree_pss_kib ROOT: sum of Pss (proportional set size: a page shared by n processes counts
+# 1/n in each) over the tree, from /proc/PID/smaps_rollup: what a forked tree really holds.
+tree_pss_kib() {
+    local total=0 pid v
+    for pid in $(tree_pids "$1"); do
+        v=$(awk '$1 == "Pss:" {print $2}' "/proc/$pid/smaps_rollup" 2>/dev/null || echo 0)
+        total=$((total + ${v:-0}))
+    done
+    echo "$total"
+}
+# status_kib PID FIELD: one line of /proc/PID/status (VmRSS, VmHWM, ...) in KiB.
+status_kib() { awk -v f="$2:" '$1 == f {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
+
+# wait_quiet ROOT [SECONDS]: after a load, until the tree's CPU stops moving (at most 1 tick
+# per 0.5 s), bounded; deferred work (Concierge's cache writer, nginx's cache manager)
+# is thus counted in the run that caused it. Prints the seconds waited.
+wait_quiet() {
+    local root=$1 limit=${2:-15} i a b
+    a=$(tree_cpu_ticks "$root")
+    for ((i = 1; i <= limit * 2; i++)); do
+        sleep 0.5
+        b=$(tree_cpu_ticks "$root")
+        if [ $((b - a)) -le 1 ]; then awk -v i="$i" 'BEGIN {printf "%.1f", (i - 1) / 2}'; return 0; fi
+        a=$b
+    done
+    log "tree of $root still busy ${limit}s after the load"
+    echo "$limit"
+}
+
+# x_cache URL: the X-Cache header of a GET (HIT, MISS, ...), empty when absent.
+x_cache() {
+    curl -fsS --max-time 10 -D - -o /dev/null "$1" | tr -d '\r' | awk 'tolower($1) == "x-cache:" {print $2}'
+}
+
+# write_miss_lua FILE: wrk script giving every request a query string never seen before
+# (a miss on any cache): <URL path and query>&run=<script arg>&n=<counter>. With
+# WRK_STOP_AFTER=N in wrk's environment each wrk thread stops after N responses (bounded
+# runs); without it no response() callback is defined, so wrk's cost stays the same as
+# for the HIT runs.
+write_miss_lua() {
+    cat > "$1" <<'LUA'
+-- Every request gets a query string never seen before: a miss on any cache.
+local counter, run = 0, "x"
+local limit = tonumber(os.getenv("WRK_STOP_AFTER") or "0") or 0
+function init(args) run = args[1] or "x" end
+function request()
+    counter = counter + 1
+    return wrk.format("GET", wrk.path .. "&run=" .. run .. "&n=" .. counter)
+end
+if limit > 0 then
+    local responses = 0
+    function response(status, headers, body)
+        responses = responses + 1
+        if responses >= limit then wrk.thread:stop() end
+    end
+end
+LUA
+}
+
+# write_concierge_config FILE PROXY_PORT ADMIN_PORT UPSTREAM_URL DB_PATH MEMORY_BYTES
+write_concierge_config() {
+    cat > "$1" <<EOF
+listen:
+  proxy: 127.0.0.1:$2
+  admin: 127.0.0.1:$3
+admin:
+  token: bench-admin-token
+storage:
+  path: $5
+  max_bytes: 2GB
+  memory_bytes: $6
+upstreams:
+  debug: $4
+environment: debug
+endpoints:
+  - name: itemList
+    match: GET /api/items
+    cache: { ttl: 1h }
+log:
+  format: text
+  level: warning
+  requests: false
+EOF
+}
+# admin_stats PORT [FIELD]: GET /stats (JSON), or one field of it.
+admin_stats() {
+    local json
+    json=$(curl -fsS --max-time 10 -H "Authorization: Bearer bench-admin-token" "http://127.0.0.1:$1/stats") || return 1
+    if [ -n "${2:-}" ]; then
+        python3 -c 'import json, sys; print(json.loads(sys.argv[1]).get(sys.argv[2], ""))' "$json" "$2"
+    else
+        echo "$json"
+    fi
 }

@@ -1,10 +1,11 @@
+import ConciergeCore
 import Hummingbird
 
 /// Views of a request in the shapes the sample API reports them.
 extension Request {
     /// Decoded query parameters, in order.
-    var decodedQuery: [SampleParam] {
-        uri.query.map { PercentCoding.decodeForm($0) } ?? []
+    var decodedQuery: [Param] {
+        uri.query.map { QueryString.parse($0) } ?? []
     }
 
     /// Header fields keyed by lower-cased name, repeated fields joined with `", "`; includes

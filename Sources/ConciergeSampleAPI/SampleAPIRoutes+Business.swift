@@ -1,3 +1,4 @@
+import ConciergeCore
 import Hummingbird
 
 /// Business data routes and the failure modes a caching proxy must cope with.
@@ -13,8 +14,8 @@ extension SampleAPIRoutes {
         let list: [JSONValue] = offset < end ? ((offset + 1)...end).map(Self.itemJSON) : []
         return SampleReply.success([
             "list": .array(list),
-            "total": .int(Self.itemCount),
-            "served": .int(state.calls(request.uri.path)),
+            "total": .int(Int64(Self.itemCount)),
+            "served": .int(Int64(state.calls(request.uri.path))),
         ])
     }
 
@@ -28,7 +29,7 @@ extension SampleAPIRoutes {
     func slow(_ request: Request) async throws -> Response {
         let milliseconds = min(max(Self.queryInt("ms", of: request) ?? 1000, 0), 600_000)
         try await Task.sleep(for: .milliseconds(milliseconds))
-        return SampleReply.success(["slept": .int(milliseconds)])
+        return SampleReply.success(["slept": .int(Int64(milliseconds))])
     }
 
     func fail(_ request: Request) -> Response {
@@ -37,7 +38,7 @@ extension SampleAPIRoutes {
     }
 
     func noStore(_ request: Request) -> Response {
-        SampleReply.success(["served": .int(state.calls(request.uri.path))], headers: [.cacheControl: "no-store"])
+        SampleReply.success(["served": .int(Int64(state.calls(request.uri.path)))], headers: [.cacheControl: "no-store"])
     }
 
     func warning(_ request: Request) -> Response {
@@ -60,7 +61,7 @@ extension SampleAPIRoutes {
     }
 
     static func itemJSON(_ id: Int) -> JSONValue {
-        ["id": .int(id), "name": .string("item \(id)")]
+        ["id": .int(Int64(id)), "name": .string("item \(id)")]
     }
 
     static func queryInt(_ name: String, of request: Request) -> Int? {

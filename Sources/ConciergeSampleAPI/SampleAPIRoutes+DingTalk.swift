@@ -1,3 +1,4 @@
+import ConciergeCore
 import Hummingbird
 
 /// The DingTalk dialect: string codes. An app token from `POST /v1.0/oauth2/accessToken`
@@ -9,12 +10,12 @@ extension SampleAPIRoutes {
         router.post("/v1.0/oauth2/accessToken") { request, _ in try await self.dingTalkToken(request) }
         router.get("/v1.0/contact/users/me") { request, _ in
             self.withDingTalkToken(request) {
-                SampleReply.json(["nick": "Sample", "unionId": "u-sample-1", "calls": .int(self.state.calls("/v1.0/contact/users/me"))])
+                SampleReply.json(["nick": "Sample", "unionId": "u-sample-1", "calls": .int(Int64(self.state.calls("/v1.0/contact/users/me")))])
             }
         }
         router.get("/v1.0/items") { request, _ in
             self.withDingTalkToken(request) {
-                SampleReply.json(["items": .array((1...3).map(Self.itemJSON)), "served": .int(self.state.calls("/v1.0/items"))])
+                SampleReply.json(["items": .array((1...3).map(Self.itemJSON)), "served": .int(Int64(self.state.calls("/v1.0/items")))])
             }
         }
         router.get("/v1.0/forbidden") { request, _ in
@@ -36,7 +37,7 @@ extension SampleAPIRoutes {
             return SampleReply.json(["code": "invalidClientIdOrSecret", "message": "invalid appKey or appSecret"], status: .badRequest)
         }
         let token = state.issueAppToken(supersede: false)
-        return SampleReply.json(["accessToken": .string(token), "expireIn": .int(configuration.accessTokenLifetimeSeconds)])
+        return SampleReply.json(["accessToken": .string(token), "expireIn": .int(Int64(configuration.accessTokenLifetimeSeconds))])
     }
 
     func withDingTalkToken(_ request: Request, _ body: () -> Response) -> Response {

@@ -1,3 +1,4 @@
+import ConciergeCore
 import Foundation
 import Hummingbird
 
@@ -9,12 +10,12 @@ extension SampleAPIRoutes {
         router.post("/oauth/token") { request, _ in try await self.oauthToken(request) }
         router.get("/api/me") { request, _ in
             try await self.withBearer(request) { user in
-                SampleReply.json(["id": .string(user), "name": .string("Sample User \(user)"), "calls": .int(self.state.calls("/api/me"))])
+                SampleReply.json(["id": .string(user), "name": .string("Sample User \(user)"), "calls": .int(Int64(self.state.calls("/api/me")))])
             }
         }
         router.get("/api/items") { request, _ in
             try await self.withBearer(request) { _ in
-                SampleReply.json(["items": .array((1...3).map(Self.itemJSON)), "served": .int(self.state.calls("/api/items"))])
+                SampleReply.json(["items": .array((1...3).map(Self.itemJSON)), "served": .int(Int64(self.state.calls("/api/items")))])
             }
         }
         router.get("/api/forbidden") { request, _ in
@@ -63,7 +64,7 @@ extension SampleAPIRoutes {
     func oauthTokens(_ tokens: TokenRegistry.TokenPair) -> Response {
         SampleReply.json([
             "access_token": .string(tokens.accessToken), "token_type": "Bearer",
-            "expires_in": .int(configuration.accessTokenLifetimeSeconds), "refresh_token": .string(tokens.refreshToken),
+            "expires_in": .int(Int64(configuration.accessTokenLifetimeSeconds)), "refresh_token": .string(tokens.refreshToken),
         ], headers: [.cacheControl: "no-store"])
     }
 

@@ -1,3 +1,4 @@
+import ConciergeCore
 import Hummingbird
 
 /// Login, token refresh and the routes that need a valid access token.
@@ -38,7 +39,7 @@ extension SampleAPIRoutes {
             "result": [
                 "userId": .string(userID),
                 "name": .string("Sample User \(userID)"),
-                "calls": .int(state.calls(request.uri.path)),
+                "calls": .int(Int64(state.calls(request.uri.path))),
             ]
         ])
     }

@@ -1,3 +1,4 @@
+import ConciergeCore
 import Hummingbird
 
 /// `/api/signed`: verifies the request signature over the canonical parameter string.

@@ -1,3 +1,4 @@
+import ConciergeCore
 import Crypto
 import Hummingbird
 
@@ -16,7 +17,7 @@ extension SampleAPIRoutes {
             size += chunk.readableBytes
             chunk.withUnsafeReadableBytes { hasher.update(bufferPointer: $0) }
         }
-        return SampleReply.success(["size": .int(size), "sha256": .string(HexEncoding.lowercase(hasher.finalize()))])
+        return SampleReply.success(["size": .int(Int64(size)), "sha256": .string(HexEncoding.lowercase(hasher.finalize()))])
     }
 
     /// `size` deterministic bytes (byte i is `i % 251`), honouring a single byte range.

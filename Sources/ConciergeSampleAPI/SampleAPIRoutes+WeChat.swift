@@ -1,3 +1,4 @@
+import ConciergeCore
 import Hummingbird
 
 /// The WeChat dialect: an app token fetched with `GET /cgi-bin/token` (each fetch
@@ -10,12 +11,12 @@ extension SampleAPIRoutes {
         router.get("/cgi-bin/user/info") { request, _ in
             self.withWeChatToken(request) {
                 SampleReply.json(["errcode": 0, "errmsg": "ok", "openid": "o-sample-1", "nickname": "Sample",
-                                  "calls": .int(self.state.calls("/cgi-bin/user/info"))])
+                                  "calls": .int(Int64(self.state.calls("/cgi-bin/user/info")))])
             }
         }
         router.get("/cgi-bin/items") { request, _ in
             self.withWeChatToken(request) {
-                SampleReply.json(["items": .array((1...3).map(Self.itemJSON)), "served": .int(self.state.calls("/cgi-bin/items"))])
+                SampleReply.json(["items": .array((1...3).map(Self.itemJSON)), "served": .int(Int64(self.state.calls("/cgi-bin/items")))])
             }
         }
         router.get("/cgi-bin/stale") { request, _ in
@@ -41,7 +42,7 @@ extension SampleAPIRoutes {
         guard value("appid") == configuration.clientID else { return SampleReply.json(["errcode": 40013, "errmsg": "invalid appid"]) }
         guard value("secret") == configuration.clientSecret else { return SampleReply.json(["errcode": 40125, "errmsg": "invalid appsecret"]) }
         let token = state.issueAppToken(supersede: true)
-        return SampleReply.json(["access_token": .string(token), "expires_in": .int(configuration.accessTokenLifetimeSeconds)])
+        return SampleReply.json(["access_token": .string(token), "expires_in": .int(Int64(configuration.accessTokenLifetimeSeconds))])
     }
 
     func withWeChatToken(_ request: Request, _ body: () -> Response) -> Response {

@@ -1,3 +1,4 @@
+import ConciergeCore
 import Hummingbird
 
 /// Builders for the replies of the sample API.
@@ -10,7 +11,7 @@ enum SampleReply {
         status: HTTPResponse.Status = .ok,
         headers: HTTPFields = [:]
     ) -> Response {
-        json(["code": .int(code), "msg": .string(msg), "data": data], status: status, headers: headers)
+        json(["code": .int(Int64(code)), "msg": .string(msg), "data": data], status: status, headers: headers)
     }
 
     /// A success envelope (code 200).
@@ -22,7 +23,7 @@ enum SampleReply {
     static func json(_ value: JSONValue, status: HTTPResponse.Status = .ok, headers: HTTPFields = [:]) -> Response {
         var headers = headers
         headers[.contentType] = "application/json"
-        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: value.serialized())))
+        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: value.serializedBytes)))
     }
 
     /// Plain text.

@@ -1,15 +1,4 @@
-/// One name/value pair of a query string or of a form/JSON body, in the order received.
-public struct SampleParam: Sendable, Equatable, Hashable, CustomStringConvertible {
-    public var name: String
-    public var value: String
-
-    public init(_ name: String, _ value: String) {
-        self.name = name
-        self.value = value
-    }
-
-    public var description: String { "\(name)=\(value)" }
-}
+import ConciergeCore
 
 /// What the sample API saw of one request (kept as the last request per path).
 public struct SampleRequestRecord: Sendable, Equatable {
@@ -18,13 +7,13 @@ public struct SampleRequestRecord: Sendable, Equatable {
     /// Request path without the query.
     public var path: String
     /// Decoded query parameters in received order.
-    public var query: [SampleParam]
+    public var query: [Param]
     /// Header fields keyed by lower-cased name; repeated fields are joined with `", "`.
     public var headers: [String: String]
     /// Raw body as UTF-8 text (empty for streamed uploads).
     public var body: String
 
-    public init(method: String, path: String, query: [SampleParam], headers: [String: String], body: String) {
+    public init(method: String, path: String, query: [Param], headers: [String: String], body: String) {
         self.method = method
         self.path = path
         self.query = query

@@ -17,6 +17,9 @@ public struct CacheEntry: Sendable {
     public var staleWhileRevalidate: Double
     public var staleIfError: Double
     public var version: Int
+    /// The reply's head as ready bytes, made when the entry enters the hot tier (see
+    /// ``CacheStore/init(database:maxBytes:memoryBytes:logger:encodeHead:)``): a hit writes it as is.
+    public var encodedHead: EncodedHead? = nil
 
     public init(key: String, endpoint: String, userID: String?, status: Int, headers: HTTPHeaders,
                 body: ByteBuffer, storedAt: Double, ttl: Double, staleWhileRevalidate: Double, staleIfError: Double, version: Int) {
@@ -38,6 +41,17 @@ public struct CacheEntry: Sendable {
     public func age(at now: Double) -> Int { max(0, Int(now - storedAt)) }
     /// Seconds of freshness left (may be negative).
     public func remainingTTL(at now: Double) -> Int { Int((freshUntil - now).rounded(.down)) }
+}
+
+/// A stored reply's status line and headers encoded once, without what varies per hit (the
+/// `Cache-Status` freshness and `Age`, appended by the hit), and the upstream's own `Age`.
+public struct EncodedHead: Sendable {
+    public var bytes: ByteBuffer
+    public var upstreamAge: Int
+
+    public init(bytes: ByteBuffer, upstreamAge: Int) {
+        (self.bytes, self.upstreamAge) = (bytes, upstreamAge)
+    }
 }
 
 /// Which entries an invalidation removes.

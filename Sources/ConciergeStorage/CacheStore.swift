@@ -55,8 +55,13 @@ public final class CacheStore: Sendable {
     private let wakeup: AsyncStream<Void>
     private let wake: AsyncStream<Void>.Continuation
 
-    public init(database: StorageDatabase, maxBytes: Int, memoryBytes: Int, logger: Logger) throws {
+    /// Encodes an entry's head as it enters the hot tier (`nil`: hits build their head).
+    private let encodeHead: (@Sendable (CacheEntry) -> EncodedHead?)?
+
+    public init(database: StorageDatabase, maxBytes: Int, memoryBytes: Int, logger: Logger,
+                encodeHead: (@Sendable (CacheEntry) -> EncodedHead?)? = nil) throws {
         self.database = database
+        self.encodeHead = encodeHead
         self.maxBytes = maxBytes
         self.hot = HotTier(capacityBytes: memoryBytes)
         self.logger = logger
@@ -79,6 +84,17 @@ public final class CacheStore: Sendable {
             return set
         }
         presence.withLock { $0 = hashes }
+    }
+
+    private func putHot(_ entry: CacheEntry) {
+        var entry = entry
+        // A body read from the network may be a slice of a larger read buffer; the hot tier
+        // keeps its own tight copy so an entry holds only its bytes.
+        if entry.body.storageCapacity > entry.body.readableBytes + 64 {
+            entry.body = ByteBuffer(bytes: entry.body.readableBytesView)
+        }
+        if let encodeHead { entry.encodedHead = encodeHead(entry) }
+        hot.put(entry)
     }
 
     // MARK: Reads
@@ -107,7 +123,7 @@ public final class CacheStore: Sendable {
             }
             guard let entry else { return nil }
             if Date().timeIntervalSince1970 >= entry.usableUntil { return nil }
-            hot.put(entry)
+            putHot(entry)
             touched.withLock { $0[entry.key] = Date().timeIntervalSince1970 }
             return entry
         } catch {
@@ -181,7 +197,7 @@ public final class CacheStore: Sendable {
     ///   fails meanwhile: accepted means queued, not yet durable.
     @discardableResult
     public func store(_ entry: CacheEntry) -> Bool {
-        hot.put(entry)
+        putHot(entry)
         guard !database.health.isDegraded else { return false }
         let accepted = pending.withLock { ops -> Bool in
             guard ops.count < Self.maxQueuedPuts else { return false }
@@ -270,11 +286,21 @@ public final class CacheStore: Sendable {
             if batch.isEmpty {
                 // An eviction pass that ran out of time woke the writer to go on.
                 if !isStopping, needsEviction { await evict() }
+                let written = committedSinceTrim.withLock { n -> Int in
+                    defer { if n >= Self.trimAfterOperations { n = 0 } }
+                    return n
+                }
+                if written >= Self.trimAfterOperations { MemoryTrim.returnFreedMemory() }
                 return
             }
+            committedSinceTrim.withLock { $0 += batch.count }
             await commit(batch)
         }
     }
+
+    /// This many writes, once the queue is empty, leave freed memory worth giving back.
+    static let trimAfterOperations = 1000
+    private let committedSinceTrim = Mutex(0)
 
     private func commit(_ batch: [Operation]) async {
         let touches = touched.withLock { t -> [String: Double] in

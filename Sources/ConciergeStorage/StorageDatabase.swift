@@ -182,14 +182,18 @@ public final class StorageDatabase: Sendable {
     }
 
     /// Size of the database file plus its WAL on disk.
+    /// Two `stat` calls: the writer asks after every commit (FileManager's attribute
+    /// dictionary cost a tenth of a miss).
     public var fileBytes: Int {
-        let fm = FileManager.default
         var total = 0
-        for p in [path, path + "-wal"] {
-            if let size = (try? fm.attributesOfItem(atPath: p))?[.size] as? NSNumber { total += size.intValue }
+        for p in [path, walPath] {
+            var info = stat()
+            if stat(p, &info) == 0 { total += Int(info.st_size) }
         }
         return total
     }
+
+    private var walPath: String { path + "-wal" }
 }
 
 extension Duration {

@@ -164,3 +164,50 @@ struct CacheTests {
         }
     }
 }
+
+@Suite("Hits as ready bytes")
+struct EncodedHitTests {
+    @Test("pipelined requests on one connection are answered in order: hits as ready bytes among a miss and a passed-through HEAD")
+    func pipelinedInOrder() async throws {
+        try await ConciergeTestRig.with { rig in
+            #expect(try await rig.get("/api/items?limit=2").header("X-Cache") == "MISS")
+            let socket = try RawSocket(port: rig.proxyPort, timeout: .seconds(5))
+            let requests = [
+                "GET /api/items?limit=2 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",      // hit, ready bytes
+                "GET /api/items?limit=3 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",      // miss, through a task
+                "HEAD /api/items?limit=2 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",     // not the endpoint's method: passed through, no body
+                "GET /api/items?limit=2 HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",  // hit, closes
+            ]
+            socket.send(requests.joined())
+            let text = await socket.receive { $0.components(separatedBy: "HTTP/1.1 200 OK").count == 5 && $0.hasSuffix("}") }
+            let replies = text.components(separatedBy: "HTTP/1.1 200 OK").dropFirst().map { String($0) }
+            #expect(replies.count == 4)
+            guard replies.count == 4 else { return }
+            #expect(replies[0].contains("X-Cache: HIT") && replies[0].contains("Cache-Status: concierge; hit; ttl="))
+            #expect(replies[0].contains("\"served\":1"))
+            #expect(replies[1].contains("X-Cache: MISS"))
+            #expect(!replies[2].contains("X-Cache") && !replies[2].contains("{"))
+            #expect(replies[3].contains("X-Cache: HIT") && replies[3].lowercased().contains("connection: close"))
+            for reply in replies.enumerated().filter({ $0.offset != 2 }).map(\.element) {
+                // Each body is exactly Content-Length bytes: nothing of one reply runs into the next.
+                let length = reply.split(separator: "\r\n").first { $0.lowercased().hasPrefix("content-length:") }
+                    .flatMap { Int($0.split(separator: ":")[1].trimmingCharacters(in: .whitespaces)) }
+                let body = reply.components(separatedBy: "\r\n\r\n").last ?? ""
+                #expect(body.utf8.count == length, "\(reply)")
+            }
+        }
+    }
+
+    @Test("a ready-bytes hit carries the stored headers, Age and the remaining ttl")
+    func encodedHeaders() async throws {
+        try await ConciergeTestRig.with { rig in
+            _ = try await rig.get("/api/items?limit=4")
+            let text = try await RawHTTP.send("GET /api/items?limit=4 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", port: rig.proxyPort)
+            #expect(text.hasPrefix("HTTP/1.1 200 OK\r\n"))
+            #expect(text.contains("\r\nContent-Type: application/json"))
+            #expect(text.contains("\r\nX-Cache: HIT\r\n"))
+            #expect(text.contains("\r\nAge: 0\r\n") || text.contains("\r\nAge: 1\r\n"))
+            #expect(text.contains("ttl=59") || text.contains("ttl=60") || text.contains("ttl=58"))
+        }
+    }
+}

@@ -126,9 +126,11 @@ struct ExtensionTests {
             #expect(try await rig.admin(.GET, "/session").json?[path: "logged_in"] == .bool(true))
             _ = try await rig.get("/api/warning?code=804")
             #expect(try await rig.admin(.GET, "/session").json?[path: "logged_in"] == .bool(false))
-            #expect(await eventually { events.types.filter { $0 == "warning" }.count == 2 })
-            // Events arrive in their own order on the stream: wait for the logout too.
-            #expect(await eventually { events.types.contains("session.logout") })
+            // Events reach the subscriber on their own stream, after the replies: wait (bounded)
+            // for each one asserted, the warnings of both codes and the logout 804 caused.
+            #expect(await eventually { events.payloads(of: "warning").compactMap { $0[path: "code"] } == [803, 804] })
+            #expect(await eventually { events.payloads(of: "session.logout").map { $0[path: "user"] } == ["kim"] })
+            #expect(events.payloads(of: "session.logout").first?[path: "reason"] == 804)
             events.stop()
         }
     }
@@ -268,6 +270,16 @@ final class EventCollector: Sendable {
 
     var types: [String] { storage.state.withLock { $0.types } }
     var raw: String { storage.state.withLock { $0.raw } }
+
+    /// The `data` of each event of `type` received so far, in order.
+    func payloads(of type: String) -> [JSONValue] {
+        raw.components(separatedBy: "\n\n").compactMap { block in
+            let lines = block.split(separator: "\n")
+            guard lines.contains(Substring("event: \(type)")), let data = lines.first(where: { $0.hasPrefix("data: ") }) else { return nil }
+            return JSONValue.parse(String(data.dropFirst("data: ".count)))
+        }
+    }
+
     func stop() { task.cancel() }
 }
 

@@ -123,13 +123,6 @@ final class ScriptedUpstream: Sendable {
         while ContinuousClock.now < deadline, !state.withLock({ $0.listenerClosed && $0.open.isEmpty }) { usleep(10_000) }
     }
 
-    /// A port nothing listens on (bound, then closed).
-    static func closedPort() throws -> Int {
-        let upstream = try ScriptedUpstream { _, _ in }
-        let port = upstream.port
-        upstream.stop()
-        return port
-    }
 
     /// The value of header `name` in a request head (case-insensitive), if present.
     static func header(_ name: String, in head: String) -> String? {
@@ -145,5 +138,36 @@ final class ScriptedUpstream: Sendable {
     static func reply(_ status: String = "200 OK", headers: [String] = [], body: [UInt8]) -> [UInt8] {
         let head = (["HTTP/1.1 \(status)", "Content-Length: \(body.count)", "Connection: close"] + headers).joined(separator: "\r\n") + "\r\n\r\n"
         return Array(head.utf8) + body
+    }
+}
+
+/// A loopback port that refuses connections for as long as it is held: a socket bound to it
+/// that never listens. Connecting gets a reset at once, and no other socket (another test's
+/// server) can take the port meanwhile, as it could a port merely bound and closed.
+final class RefusingPort: Sendable {
+    let port: Int
+    private let fd: Int32
+
+    init() throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw POSIXError(.EMFILE) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+        }
+        guard bound else {
+            Glibc.close(fd)
+            throw POSIXError(.EADDRINUSE)
+        }
+        self.fd = fd
+        port = Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    func close() {
+        Glibc.close(fd)
     }
 }

@@ -18,9 +18,11 @@ struct UpstreamFaultTests {
     ]
 
     /// Runs `body` with a rig whose `scripted` upstream is `upstream` and whose `gone`
-    /// upstream is a port nothing listens on.
+    /// upstream is a port that refuses connections (held for the whole test).
     func withRig(_ upstream: ScriptedUpstream, endpoints: String, _ body: (ConciergeTestRig) async throws -> Void) async throws {
-        let gone = try ScriptedUpstream.closedPort()
+        let refusing = try RefusingPort()
+        defer { refusing.close() }
+        let gone = refusing.port
         let port = upstream.port
         let rig = try await ConciergeTestRig.start(endpoints: TestConfig.defaultEndpoints + "\n" + endpoints) { yaml in
             yaml.replacingOccurrences(of: "  down: http://127.0.0.1:1\n",

@@ -92,6 +92,12 @@ public final class Runtime: Sendable {
         }
     }
 
+    /// A request's endpoint under the current configuration and environment.
+    public func route(method: String, target: String) -> PreparedRequest.Route {
+        let (config, environment) = snapshot
+        return PreparedRequest.Route(method: method, target: target, config: config, environment: environment)
+    }
+
     /// Switches the default upstream; `false` when no upstream has that name.
     public func setEnvironment(_ name: String) -> Bool {
         state.withLock { s in

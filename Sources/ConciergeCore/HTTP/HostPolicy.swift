@@ -59,24 +59,37 @@ public struct HostPolicy: Sendable {
     /// The host of a `Host` value (`name`, `name:port`, `[v6]:port`), lower-cased, or `nil`
     /// when the value is not of that form.
     public static func hostPart(of value: String) -> String? {
-        var text = Substring(value)
-        var host: Substring
-        if text.hasPrefix("[") {
-            guard let close = text.firstIndex(of: "]") else { return nil }
-            host = text[text.index(after: text.startIndex)..<close]
-            text = text[text.index(after: close)...]
-            guard host.allSatisfy({ $0.isHexDigit || $0 == ":" || $0 == "." }), !host.isEmpty else { return nil }
+        // Byte by byte: this runs on every request.
+        var rest = value.utf8[...]
+        let host: Substring.UTF8View
+        if rest.first == UInt8(ascii: "[") {
+            guard let close = rest.firstIndex(of: UInt8(ascii: "]")) else { return nil }
+            host = rest[rest.index(after: rest.startIndex)..<close]
+            rest = rest[rest.index(after: close)...]
+            guard !host.isEmpty, host.allSatisfy({ isHexDigit($0) || $0 == UInt8(ascii: ":") || $0 == UInt8(ascii: ".") }) else { return nil }
         } else {
-            let colon = text.firstIndex(of: ":") ?? text.endIndex
-            host = text[..<colon]
-            text = text[colon...]
-            let allowed = { (c: Character) in c.isASCII && (c.isLetter || c.isNumber || "-._~!$&'()*+,;=%".contains(c)) }
-            guard !host.isEmpty, host.allSatisfy(allowed) else { return nil }
+            let colon = rest.firstIndex(of: UInt8(ascii: ":")) ?? rest.endIndex
+            host = rest[..<colon]
+            rest = rest[colon...]
+            guard !host.isEmpty, host.allSatisfy(isRegNameByte) else { return nil }
         }
-        if !text.isEmpty {
-            guard text.first == ":", text.dropFirst().allSatisfy({ $0.isASCII && $0.isNumber }), text.count <= 6 else { return nil }
+        if !rest.isEmpty {
+            guard rest.first == UInt8(ascii: ":"), rest.count <= 6, rest.dropFirst().allSatisfy(isDigit) else { return nil }
         }
-        return host.lowercased()
+        let text = String(Substring(host))
+        return host.contains(where: { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") }) ? text.lowercased() : text
+    }
+
+    private static func isDigit(_ byte: UInt8) -> Bool { byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") }
+
+    private static func isHexDigit(_ byte: UInt8) -> Bool {
+        isDigit(byte) || (byte | 0x20 >= UInt8(ascii: "a") && byte | 0x20 <= UInt8(ascii: "f"))
+    }
+
+    /// RFC 3986 reg-name: unreserved, sub-delims and `%`.
+    private static func isRegNameByte(_ byte: UInt8) -> Bool {
+        if isDigit(byte) || (byte | 0x20 >= UInt8(ascii: "a") && byte | 0x20 <= UInt8(ascii: "z")) { return true }
+        return "-._~!$&'()*+,;=%".utf8.contains(byte)
     }
 
     static func normalized(_ host: String) -> String {

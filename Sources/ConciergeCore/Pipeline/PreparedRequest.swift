@@ -42,22 +42,34 @@ public struct PreparedRequest: Sendable {
         public var clientAddress: String?
 
         public init(method: String, target: String, headers: HTTPHeaders, body: ByteBuffer?, clientAddress: String?) {
-            self.method = method
-            self.target = target
-            self.headers = headers
-            self.body = body
-            self.clientAddress = clientAddress
+            (self.method, self.target, self.headers) = (method, target, headers)
+            (self.body, self.clientAddress) = (body, clientAddress)
         }
     }
 
-    /// Routes `received` and runs the pure steps under one configuration snapshot.
+    /// A request's endpoint under one configuration snapshot: decided once, when the head
+    /// arrives (it also says whether the body is streamed), and used for the whole request.
+    public struct Route: Sendable {
+        public var config: RuntimeConfig
+        public var environment: String
+        public var endpoint: EndpointPolicy
+
+        public init(method: String, target: String, config: RuntimeConfig, environment: String) {
+            let path = target.utf8.firstIndex(of: UInt8(ascii: "?")).map { String(target[..<$0]) } ?? target
+            (self.config, self.environment) = (config, environment)
+            endpoint = config.router.route(method: method, path: path)
+        }
+
+        /// Buffered endpoints (envelope or cacheable) read the body; others stream it through.
+        public var streamsBody: Bool { !endpoint.envelope && !endpoint.isCacheable }
+    }
+
+    /// Runs the pure steps on a routed request.
     /// - Parameter session: the stored session (one of the other kind is ignored).
-    public static func prepare(_ received: Received, config rc: RuntimeConfig, environment: String,
-                               session stored: SessionTokens?) -> Outcome {
+    public static func prepare(_ received: Received, route: Route, session stored: SessionTokens?) -> Outcome {
+        let (rc, environment, endpoint) = (route.config, route.environment, route.endpoint)
         let config = rc.config
         let target = received.target.isEmpty ? "/" : received.target
-        let path = target.firstIndex(of: "?").map { String(target[..<$0]) } ?? target
-        let endpoint = rc.router.route(method: received.method, path: path)
         var request = ProxyRequest(method: received.method, target: target, headers: received.headers,
                                    body: body(received, buffered: endpoint.envelope || endpoint.isCacheable))
         rc.commonParams.apply(to: &request)

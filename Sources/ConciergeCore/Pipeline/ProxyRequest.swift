@@ -112,9 +112,9 @@ public struct ProxyRequest: Sendable {
 
     /// Splits a request target (`/api/items?limit=10`) into path and decoded query.
     public init(method: String, target: String, headers: HTTPHeaders = HTTPHeaders(), body: RequestBody = .empty) {
-        if let q = target.firstIndex(of: "?") {
+        if let q = target.utf8.firstIndex(of: UInt8(ascii: "?")) {
             self.init(method: method, path: String(target[..<q]),
-                      query: QueryString.parse(String(target[target.index(after: q)...])), headers: headers, body: body)
+                      query: QueryString.parse(String(target[target.utf8.index(after: q)...])), headers: headers, body: body)
         } else {
             self.init(method: method, path: target, headers: headers, body: body)
         }

@@ -4,11 +4,12 @@ public enum QueryString {
     public static func parse(_ text: String) -> [Param] {
         guard !text.isEmpty else { return [] }
         var out: [Param] = []
-        for piece in text.split(separator: "&", omittingEmptySubsequences: true) {
-            if let eq = piece.firstIndex(of: "=") {
-                out.append(Param(decode(piece[..<eq]), decode(piece[piece.index(after: eq)...])))
+        // Byte by byte (`&` and `=` are ASCII): every cacheable request parses its query.
+        for piece in text.utf8.split(separator: UInt8(ascii: "&"), omittingEmptySubsequences: true) {
+            if let eq = piece.firstIndex(of: UInt8(ascii: "=")) {
+                out.append(Param(decode(Substring(piece[..<eq])), decode(Substring(piece[piece.index(after: eq)...]))))
             } else {
-                out.append(Param(decode(piece), ""))
+                out.append(Param(decode(Substring(piece)), ""))
             }
         }
         return out
@@ -21,8 +22,8 @@ public enum QueryString {
 
     /// Percent-decodes, treating `+` as a space; malformed escapes are kept literally.
     public static func decode<S: StringProtocol>(_ text: S) -> String {
+        guard text.utf8.contains(where: { $0 == UInt8(ascii: "%") || $0 == UInt8(ascii: "+") }) else { return String(text) }
         let utf8 = Array(text.utf8)
-        guard utf8.contains(where: { $0 == UInt8(ascii: "%") || $0 == UInt8(ascii: "+") }) else { return String(text) }
         var bytes: [UInt8] = []
         bytes.reserveCapacity(utf8.count)
         var i = 0
@@ -85,9 +86,17 @@ public enum QueryString {
     /// The canonical parameter string shared by cache keys and signatures: encoded pairs
     /// sorted by encoded name, then encoded value, joined as `k=v&k=v`.
     public static func canonical<S: Sequence>(_ params: S) -> String where S.Element == Param {
-        params.map { (percentEncode($0.name), percentEncode($0.value)) }
-            .sorted { $0.0 != $1.0 ? $0.0 < $1.0 : $0.1 < $1.1 }
-            .map { "\($0.0)=\($0.1)" }
-            .joined(separator: "&")
+        // Encoded text is ASCII, where byte order is String order: compare bytes.
+        let pairs = params.map { (percentEncode($0.name), percentEncode($0.value)) }.sorted { a, b in
+            a.0 != b.0 ? a.0.utf8.lexicographicallyPrecedes(b.0.utf8) : a.1.utf8.lexicographicallyPrecedes(b.1.utf8)
+        }
+        var out = ""
+        for (i, pair) in pairs.enumerated() {
+            if i > 0 { out += "&" }
+            out += pair.0
+            out += "="
+            out += pair.1
+        }
+        return out
     }
 }

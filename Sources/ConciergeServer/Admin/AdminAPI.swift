@@ -9,118 +9,139 @@ import NIOCore
 /// Every admin route (docs/admin-api.md, docs/openapi.yaml) in one router. All but `/health` and
 /// `/openapi.yaml` need `Authorization: Bearer <token>`, compared in constant time.
 struct AdminAPI: Sendable {
-    let control: ConciergeDaemon
+    let control: AdminControl
     let token: String
 
+    /// The route table: middleware first (error shape, `Host`, token, methods), then each route.
     func makeRouter() -> Router<BasicRequestContext> {
         let router = Router()
         router.add(middleware: AdminErrorMiddleware(logger: control.logger))
         router.add(middleware: AdminHostMiddleware(runtime: control.runtime))
         router.add(middleware: AdminAuthMiddleware(token: token))
         router.add(middleware: AdminMethodMiddleware())
-        router.get("/health") { _, _ in
-            // Still 200: the proxy serves, from memory where SQLite cannot take writes.
-            control.storageDegraded ? json(["status": "ok", "storage": "degraded"]) : json(["status": "ok"])
-        }
+        router.get("/health") { _, _ in health() }
         router.get("/openapi.yaml") { _, _ in AdminOpenAPI.response() }
-        router.get("/metrics") { _, _ in
-            control.refreshCacheGauges()
-            let text = control.stats.prometheusText()
-            return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(bytes: text)))
-        }
-        router.get("/stats") { _, _ in
-            let snapshot = control.stats.snapshot(entries: control.cache.entryCount, bytes: control.cache.byteCount)
-            return json(.object(snapshot.mapValues { .int(Int64($0)) }))
-        }
-        router.post("/cache/invalidate") { request, _ in
-            let body = try await readJSON(request)
-            guard case .object(let fields) = body, fields.count == 1 else {
-                return error(.badRequest, "give exactly one of {\"pattern\": REGEX}, {\"endpoint\": NAME} or {\"all\": true}")
-            }
-            let criteria: InvalidationCriteria
-            let by: String
-            if case .string(let pattern)? = fields["pattern"] {
-                do { _ = try RegexBox(pattern) } catch { return json(["error": .string("invalid regex: \(Self.describe(error))")], status: .badRequest) }
-                criteria = .pattern(pattern)
-                by = "pattern"
-            } else if case .string(let endpoint)? = fields["endpoint"] {
-                guard control.runtime.current.config.endpoint(named: endpoint) != nil else {
-                    return error(.notFound, "no endpoint named '\(endpoint)'")
-                }
-                criteria = .endpoints([endpoint], scope: .everyone)
-                by = "endpoint"
-            } else if case .bool(true)? = fields["all"] {
-                criteria = .all
-                by = "all"
-            } else {
-                return error(.badRequest, "give exactly one of {\"pattern\": REGEX}, {\"endpoint\": NAME} or {\"all\": true}")
-            }
-            let removed = try await control.cache.invalidate(criteria)
-            control.stats.increment(.invalidations)
-            control.events.publish("cache.invalidated", ["by": .string(by), "removed": .int(Int64(removed))])
-            control.logger.info("cache invalidated", metadata: ["by": "\(by)", "removed": "\(removed)"])
-            return json(["removed": .int(Int64(removed))])
-        }
-        router.get("/cache/entries") { request, _ in
-            let query = request.uri.queryParameters
-            var pattern: RegexBox? = nil
-            if let p = query.get("pattern"), !p.isEmpty {
-                do { pattern = try RegexBox(p) } catch { return json(["error": .string("invalid regex: \(Self.describe(error))")], status: .badRequest) }
-            }
-            var limit = 100
-            if let l = query.get("limit") {
-                guard let v = Int(l), (1...10_000).contains(v) else { return error(.badRequest, "limit must be 1...10000") }
-                limit = v
-            }
-            let cursor = query.get("cursor").flatMap { $0.isEmpty ? nil : $0 }
-            let page = try await control.cache.entries(pattern: pattern, limit: limit, cursor: cursor)
-            let entries: [JSONValue] = page.entries.map { e in
-                ["key": .string(e.key), "endpoint": .string(e.endpoint), "user": e.userID.map(JSONValue.string) ?? .null,
-                 "size": .int(Int64(e.size)), "age": .int(Int64(e.age)), "ttl": .int(Int64(e.ttl))]
-            }
-            return json(["entries": .array(entries), "next": page.next.map(JSONValue.string) ?? .null])
-        }
+        router.get("/metrics") { _, _ in metrics() }
+        router.get("/stats") { _, _ in stats() }
+        router.post("/cache/invalidate") { request, _ in try await invalidate(request) }
+        router.get("/cache/entries") { request, _ in try await entries(request) }
         router.get("/session") { _, _ in json(control.sessionDescription()) }
-        router.put("/session") { request, _ in
-            let body = try await readJSON(request)
-            guard case .object(let f) = body, case .string(let access)? = f["access_token"], !access.isEmpty,
-                  [nil, .null].contains(f["refresh_token"]) || f["refresh_token"]?.stringValue != nil,
-                  [nil, .null].contains(f["user_id"]) || f["user_id"]?.stringValue != nil || f["user_id"]?.typeName == "number" else {
-                return error(.badRequest, "body must be {\"access_token\": STRING, \"refresh_token\": STRING, \"user_id\": STRING or NUMBER}")
-            }
-            let tokens = SessionTokens(accessToken: access, refreshToken: f["refresh_token"]?.stringValue, userID: f["user_id"].flatMap { $0 == .null ? nil : $0.parameterText })
-            try await control.session.set(tokens)
-            control.events.publish("session.login", ["user": tokens.userID.map(JSONValue.string) ?? .null])
-            return json(control.sessionDescription())
-        }
-        router.delete("/session") { _, _ in
-            let dropped = await control.lifecycle.logout(ifAccessToken: nil, reason: "admin")
-            return json(["logged_out": .bool(dropped != nil)])
-        }
-        router.get("/environment") { _, _ in
-            json(["environment": .string(control.runtime.environment),
-                  "upstreams": .object(Dictionary(uniqueKeysWithValues: control.runtime.current.config.upstreams.map { ($0.name, JSONValue.string($0.baseURL)) }))])
-        }
-        router.put("/environment") { request, _ in
-            let body = try await readJSON(request)
-            guard case .object(let f) = body, case .string(let name)? = f["environment"] else {
-                return error(.badRequest, "body must be {\"environment\": NAME}")
-            }
-            guard control.runtime.setEnvironment(name) else {
-                let known = control.runtime.current.config.upstreams.map(\.name).joined(separator: ", ")
-                return error(.notFound, "no upstream named '\(name)' (known: \(known))")
-            }
-            control.events.publish("environment.changed", ["environment": .string(name)])
-            control.logger.info("environment switched", metadata: ["environment": "\(name)"])
-            return json(["environment": .string(name)])
-        }
-        router.post("/reload") { _, _ in
-            switch await control.reload() {
-            case .success(let message): return json(["reloaded": true, "message": .string(message)])
-            case .failure(let failure): return json(["reloaded": false, "error": .string(failure.description)], status: .unprocessableContent)
-            }
-        }
+        router.put("/session") { request, _ in try await setSession(request) }
+        router.delete("/session") { _, _ in await logOut() }
+        router.get("/environment") { _, _ in environment() }
+        router.put("/environment") { request, _ in try await switchEnvironment(request) }
+        router.post("/reload") { _, _ in await reload() }
         return router
+    }
+
+    func health() -> Response {
+        // Still 200: the proxy serves, from memory where SQLite cannot take writes.
+        control.storageDegraded() ? json(["status": "ok", "storage": "degraded"]) : json(["status": "ok"])
+    }
+
+    func metrics() -> Response {
+        control.refreshGauges()
+        let text = control.stats.prometheusText()
+        return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(bytes: text)))
+    }
+
+    func stats() -> Response {
+        let snapshot = control.stats.snapshot(entries: control.cache.entryCount, bytes: control.cache.byteCount)
+        return json(.object(snapshot.mapValues { .int(Int64($0)) }))
+    }
+
+    func invalidate(_ request: Request) async throws -> Response {
+        let body = try await readJSON(request)
+        guard case .object(let fields) = body, fields.count == 1 else {
+            return error(.badRequest, "give exactly one of {\"pattern\": REGEX}, {\"endpoint\": NAME} or {\"all\": true}")
+        }
+        let criteria: InvalidationCriteria
+        let by: String
+        if case .string(let pattern)? = fields["pattern"] {
+            do { _ = try RegexBox(pattern) } catch { return json(["error": .string("invalid regex: \(Self.describe(error))")], status: .badRequest) }
+            criteria = .pattern(pattern)
+            by = "pattern"
+        } else if case .string(let endpoint)? = fields["endpoint"] {
+            guard control.runtime.current.config.endpoint(named: endpoint) != nil else {
+                return error(.notFound, "no endpoint named '\(endpoint)'")
+            }
+            criteria = .endpoints([endpoint], scope: .everyone)
+            by = "endpoint"
+        } else if case .bool(true)? = fields["all"] {
+            criteria = .all
+            by = "all"
+        } else {
+            return error(.badRequest, "give exactly one of {\"pattern\": REGEX}, {\"endpoint\": NAME} or {\"all\": true}")
+        }
+        let removed = try await control.cache.invalidate(criteria)
+        control.stats.increment(.invalidations)
+        control.events.publish("cache.invalidated", ["by": .string(by), "removed": .int(Int64(removed))])
+        control.logger.info("cache invalidated", metadata: ["by": "\(by)", "removed": "\(removed)"])
+        return json(["removed": .int(Int64(removed))])
+    }
+
+    func entries(_ request: Request) async throws -> Response {
+        let query = request.uri.queryParameters
+        var pattern: RegexBox? = nil
+        if let p = query.get("pattern"), !p.isEmpty {
+            do { pattern = try RegexBox(p) } catch { return json(["error": .string("invalid regex: \(Self.describe(error))")], status: .badRequest) }
+        }
+        var limit = 100
+        if let l = query.get("limit") {
+            guard let v = Int(l), (1...10_000).contains(v) else { return error(.badRequest, "limit must be 1...10000") }
+            limit = v
+        }
+        let cursor = query.get("cursor").flatMap { $0.isEmpty ? nil : $0 }
+        let page = try await control.cache.entries(pattern: pattern, limit: limit, cursor: cursor)
+        let entries: [JSONValue] = page.entries.map { e in
+            ["key": .string(e.key), "endpoint": .string(e.endpoint), "user": e.userID.map(JSONValue.string) ?? .null,
+             "size": .int(Int64(e.size)), "age": .int(Int64(e.age)), "ttl": .int(Int64(e.ttl))]
+        }
+        return json(["entries": .array(entries), "next": page.next.map(JSONValue.string) ?? .null])
+    }
+
+    func setSession(_ request: Request) async throws -> Response {
+        let body = try await readJSON(request)
+        guard case .object(let f) = body, case .string(let access)? = f["access_token"], !access.isEmpty,
+              [nil, .null].contains(f["refresh_token"]) || f["refresh_token"]?.stringValue != nil,
+              [nil, .null].contains(f["user_id"]) || f["user_id"]?.stringValue != nil || f["user_id"]?.typeName == "number" else {
+            return error(.badRequest, "body must be {\"access_token\": STRING, \"refresh_token\": STRING, \"user_id\": STRING or NUMBER}")
+        }
+        let tokens = SessionTokens(accessToken: access, refreshToken: f["refresh_token"]?.stringValue, userID: f["user_id"].flatMap { $0 == .null ? nil : $0.parameterText })
+        try await control.session.set(tokens)
+        control.events.publish("session.login", ["user": tokens.userID.map(JSONValue.string) ?? .null])
+        return json(control.sessionDescription())
+    }
+
+    func logOut() async -> Response {
+        let dropped = await control.lifecycle.logout(ifAccessToken: nil, reason: "admin")
+        return json(["logged_out": .bool(dropped != nil)])
+    }
+
+    func environment() -> Response {
+        json(["environment": .string(control.runtime.environment),
+              "upstreams": .object(Dictionary(uniqueKeysWithValues: control.runtime.current.config.upstreams.map { ($0.name, JSONValue.string($0.baseURL)) }))])
+    }
+
+    func switchEnvironment(_ request: Request) async throws -> Response {
+        let body = try await readJSON(request)
+        guard case .object(let f) = body, case .string(let name)? = f["environment"] else {
+            return error(.badRequest, "body must be {\"environment\": NAME}")
+        }
+        guard control.runtime.setEnvironment(name) else {
+            let known = control.runtime.current.config.upstreams.map(\.name).joined(separator: ", ")
+            return error(.notFound, "no upstream named '\(name)' (known: \(known))")
+        }
+        control.events.publish("environment.changed", ["environment": .string(name)])
+        control.logger.info("environment switched", metadata: ["environment": "\(name)"])
+        return json(["environment": .string(name)])
+    }
+
+    func reload() async -> Response {
+        switch await control.reload() {
+        case .success(let message): return json(["reloaded": true, "message": .string(message)])
+        case .failure(let failure): return json(["reloaded": false, "error": .string(failure.description)], status: .unprocessableContent)
+        }
     }
 
     static func describe(_ error: any Error) -> String {

@@ -7,16 +7,11 @@ import NIOHTTP1
 /// POSTs matching events as JSON to the `hooks:` URLs, off the request path:
 /// each delivery is its own task, with a 5 s timeout and up to 3 attempts (0.5 s, 1 s
 /// apart). A dead hook never blocks anything.
-final class HookDispatcher: Sendable {
+struct HookDispatcher: Sendable {
     let runtime: Runtime
+    /// Hooks go out through AsyncHTTPClient, apart from the request path's transport.
     let client: UpstreamClient
     let logger: Logger
-
-    init(runtime: Runtime, client: UpstreamClient, logger: Logger) {
-        self.runtime = runtime
-        self.client = client
-        self.logger = logger
-    }
 
     func deliver(_ event: ConciergeEvent) {
         let hooks = runtime.current.config.hooks.filter { $0.events.contains("*") || $0.events.contains(event.type) }

@@ -1,5 +1,6 @@
 import ConciergeCore
 import ConciergeStorage
+import NIOCore
 import NIOHTTP1
 
 /// A reply made from a stored entry (a hit, or a stale entry served): the stored headers,
@@ -24,5 +25,60 @@ enum CachedReply {
             report.succeeded = false
         }
         return ProxyAnswer(reply, report)
+    }
+}
+
+/// A hit written as ready bytes: the entry's encoded head, then what varies per hit, then
+/// the body. No `HTTPHeaders`, no response encoder; only `ttl=` and `Age` are formatted.
+struct EncodedHit: Sendable {
+    /// The entry's ``EncodedHead`` bytes, and its body.
+    var head, body: ByteBuffer
+    /// Seconds of freshness left (`Cache-Status: …; ttl=`), and the upstream's `Age` plus the
+    /// entry's own.
+    var ttl, age: Int
+    var status: Int
+    var report: RequestReport
+
+    /// `Cache-Status` and `Age`, and the blank line that ends the head.
+    func tail(allocator: ByteBufferAllocator) -> ByteBuffer {
+        var tail = allocator.buffer(capacity: 64)
+        tail.writeStaticString("Cache-Status: concierge; hit; ttl=")
+        tail.writeString(String(ttl))
+        tail.writeStaticString("\r\nAge: ")
+        tail.writeString(String(age))
+        tail.writeStaticString("\r\n\r\n")
+        return tail
+    }
+
+    /// The same hit as an ordinary reply (for the request log and the counters).
+    var answer: ProxyAnswer {
+        ProxyAnswer(ProxyReply(status: status, body: .buffer(body)), report)
+    }
+}
+
+extension CachedReply {
+    /// An HTTP/1.1 head for a stored reply, all but `Cache-Status` and `Age`: the status
+    /// line, the stored headers, `X-Cache: HIT`, `Content-Length`. Made once per entry as it
+    /// enters the hot tier.
+    @Sendable static func encodeHead(_ entry: CacheEntry) -> EncodedHead? {
+        var upstreamAge = 0
+        var text = "HTTP/1.1 \(entry.status) \(HTTPResponseStatus(statusCode: entry.status).reasonPhrase)\r\n"
+        for (name, value) in entry.headers {
+            if name.lowercased() == "age" {
+                upstreamAge = Int(value.trimmingCharacters(in: .whitespaces)) ?? 0
+                continue
+            }
+            text += "\(name): \(value)\r\n"
+        }
+        text += "X-Cache: HIT\r\nContent-Length: \(entry.body.readableBytes)\r\n"
+        return EncodedHead(bytes: ByteBuffer(string: text), upstreamAge: max(0, upstreamAge))
+    }
+
+    /// A fresh entry's hit as ready bytes, when the entry has an encoded head and the endpoint
+    /// does not `unwrap` (whose body depends on the configuration).
+    static func encoded(_ entry: CacheEntry, _ p: PreparedRequest, now: Double) -> EncodedHit? {
+        guard let head = entry.encodedHead, p.endpoint.unwrap == nil else { return nil }
+        return EncodedHit(head: head.bytes, body: entry.body, ttl: entry.remainingTTL(at: now), age: head.upstreamAge + entry.age(at: now),
+                          status: entry.status, report: RequestReport(endpoint: p.endpoint.name, cache: .hit, succeeded: true))
     }
 }

@@ -21,6 +21,9 @@ public struct IncomingRequest: Sendable {
     public var clientAddress: String?
     /// Set for sub-requests of batch and chain (they may not nest).
     public var isSubRequest: Bool
+    /// The endpoint, when the listener routed the request as its head arrived (so it is
+    /// routed once); `nil` to route it in the pipeline.
+    public var route: PreparedRequest.Route? = nil
 
     public init(method: String, target: String, headers: HTTPHeaders, body: Body = .buffered(ByteBuffer()),
                 clientAddress: String? = nil, isSubRequest: Bool = false) {

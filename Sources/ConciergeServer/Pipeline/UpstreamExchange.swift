@@ -30,13 +30,15 @@ struct UpstreamExchange: Sendable {
         }
     }
 
+    /// The network: ``UpstreamClient`` in the daemon, a script in unit tests.
     let transport: any UpstreamTransport
     let refresher: TokenRefresher
+    /// Logout codes and warning codes with `logout` end the session through it.
     let lifecycle: SessionLifecycle
     let success: EnvelopeSuccess
     let health: UpstreamHealth
-    let stats: ProxyStats
     let logger: Logger
+    var stats: ProxyStats { lifecycle.stats }
 
     /// The token in use, the replays made and the upstream time spent so far.
     struct Attempt: Sendable {

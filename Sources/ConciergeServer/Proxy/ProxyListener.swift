@@ -5,28 +5,63 @@ import NIOPosix
 import ServiceLifecycle
 
 /// The proxy listener (raw SwiftNIO) as a `Service`: binds, serves until a graceful
-/// shutdown, then stops accepting and lets requests in flight finish within the grace
-/// period.
-final class ProxyListener: Service {
+/// shutdown, then stops accepting and lets the requests in flight finish within
+/// `limits.shutdown_grace`.
+///
+/// Every request that is not answered synchronously on its event loop runs as a child task
+/// of ``run()``'s task group (through a ``RequestWorkQueue``), its whole reply included, so
+/// the shutdown waits for exactly that work: no counting, no polling.
+struct ProxyListener: Service {
     let context: ProxyServerContext
+    /// The address to bind (`listen.proxy`); port 0 lets the kernel choose.
     let host: String
     let port: Int
     let group: any EventLoopGroup
     let logger: Logger
+    /// Called with the bound port, for readiness (`READY=1`) and tests.
     let onBound: @Sendable (Int) -> Void
 
-    init(context: ProxyServerContext, host: String, port: Int, group: any EventLoopGroup, logger: Logger, onBound: @escaping @Sendable (Int) -> Void) {
-        self.context = context
-        self.host = host
-        self.port = port
-        self.group = group
-        self.logger = logger
-        self.onBound = onBound
+    /// How the two phases of ``run()`` end.
+    private enum Phase: Sendable {
+        case requestsFinished
+        case graceOver
     }
 
     func run() async throws {
+        let requests = RequestWorkQueue()
+        let server = try await bind(requests: requests)
+        let boundPort = server.localAddress?.port ?? port
+        logger.info("proxy listening", metadata: ["address": "\(host):\(boundPort)"])
+        onBound(boundPort)
+        await withTaskGroup(of: Phase.self) { phases in
+            phases.addTask {
+                await requests.run()
+                return .requestsFinished
+            }
+            // Throws when the service group cancels instead: the same steps follow, and the
+            // cancellation reaches the requests' work at once.
+            try? await gracefulShutdown()
+            logger.info("proxy stops accepting; finishing requests in flight")
+            try? await server.close()
+            requests.finish()
+            let grace = context.runtime.current.config.limits.shutdownGrace
+            phases.addTask {
+                try? await Task.sleep(for: grace)
+                return .graceOver
+            }
+            if await phases.next() == .graceOver, !Task.isCancelled {
+                logger.warning("grace period over with requests still in flight: closing their connections")
+            }
+            // Cancels the sleep, or the requests still running: each request's work closes its
+            // connection when cancelled (ProxyHTTPHandler), which fails its pending writes and
+            // ends its streams, so the group returns promptly.
+            phases.cancelAll()
+        }
+    }
+
+    private func bind(requests: RequestWorkQueue) async throws -> any Channel {
         let context = self.context
-        let channel = try await ServerBootstrap(group: group)
+        return try await ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 1024)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
@@ -35,26 +70,25 @@ final class ProxyListener: Service {
             .childChannelOption(.allowRemoteHalfClosure, value: true)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    // Reply headers come from a parsed upstream reply or from Concierge itself: no re-validation.
-                    try channel.pipeline.syncOperations.configureHTTPServerPipeline(
-                        withPipeliningAssistance: true, withErrorHandling: false, withOutboundHeaderValidation: false)
-                    try channel.pipeline.syncOperations.addHandler(ProxyHTTPHandler(server: context))
+                    try Self.configureConnection(channel.pipeline.syncOperations, responder: context, requests: requests)
                 }
             }
             .bind(host: host, port: port).get()
-        let boundPort = channel.localAddress?.port ?? port
-        logger.info("proxy listening", metadata: ["address": "\(host):\(boundPort)"])
-        onBound(boundPort)
-        try? await gracefulShutdown()
-        logger.info("proxy stops accepting; finishing requests in flight", metadata: ["in_flight": "\(context.requestsInFlight)"])
-        try? await channel.close()
-        let grace = context.runtime.current.config.limits.shutdownGrace
-        let deadline = ContinuousClock.now + grace
-        while context.requestsInFlight > 0, ContinuousClock.now < deadline {
-            try? await Task.sleep(for: .milliseconds(20))
-        }
-        if context.requestsInFlight > 0 {
-            logger.warning("grace period over with requests still in flight", metadata: ["in_flight": "\(context.requestsInFlight)"])
-        }
+    }
+
+    /// A proxy connection's handlers: NIO's HTTP/1.1 response encoder and request decoder,
+    /// then ``ProxyHTTPHandler``.
+    ///
+    /// Not NIO's `configureHTTPServerPipeline`: ``ProxyHTTPHandler`` orders pipelined requests
+    /// itself and writes hits as ready bytes below the encoder, so the encoder must frame each
+    /// reply from the reply alone (paired with the decoder it would count requests, and a hit it
+    /// never saw would shift its bookkeeping). Bodies of replies to `HEAD` are left out by
+    /// Concierge's writers. Reply headers come from a parsed upstream reply or from Concierge
+    /// itself: no re-validation.
+    static func configureConnection(_ pipeline: ChannelPipeline.SynchronousOperations, responder: some ProxyResponder,
+                                    requests: RequestWorkQueue) throws {
+        try pipeline.addHandler(HTTPResponseEncoder())
+        try pipeline.addHandler(ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes)))
+        try pipeline.addHandler(ProxyHTTPHandler(responder: responder, requests: requests))
     }
 }

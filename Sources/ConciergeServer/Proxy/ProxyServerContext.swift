@@ -3,18 +3,15 @@ import Foundation
 import Logging
 import NIOCore
 import NIOHTTP1
-import Synchronization
 
 /// What every proxy connection shares: the pipeline, Concierge's own routes under
-/// `/_concierge/`, the request log and the count of requests in flight (for a graceful
-/// shutdown).
-final class ProxyServerContext: Sendable {
+/// `/_concierge/` and the request log.
+final class ProxyServerContext: ProxyResponder {
     let pipeline: ProxyPipeline
     let runtime: Runtime
     let ownRoutes: ConciergeRoutes
     /// Counts a finished request in the metrics and writes its log line.
     let record: @Sendable (IncomingRequest, ProxyAnswer, ContinuousClock.Instant) -> Void
-    private let inFlight = Mutex(0)
 
     init(pipeline: ProxyPipeline, stats: ProxyStats, requestLog: RequestLog) {
         self.pipeline = pipeline
@@ -30,17 +27,15 @@ final class ProxyServerContext: Sendable {
         self.ownRoutes = ConciergeRoutes(pipeline: pipeline, log: record)
     }
 
-    var requestsInFlight: Int { inFlight.withLock { $0 } }
+    var currentConfig: RuntimeConfig { runtime.current }
 
     /// A synchronous reply (fresh hot hit or local answer), or the preparation to go on with.
-    func fastPath(_ incoming: IncomingRequest) -> ProxyPipeline.FastPath? {
+    func fastPath(_ incoming: IncomingRequest, encoded: Bool) -> ProxyPipeline.FastPath? {
         if incoming.target.hasPrefix(ConciergeRoutes.prefix) { return nil }
-        return pipeline.fastPath(incoming)
+        return pipeline.fastPath(incoming, encoded: encoded)
     }
 
     func handle(_ incoming: IncomingRequest, prepared: ProxyPipeline.Preparation? = nil) async -> ProxyAnswer {
-        inFlight.withLock { $0 += 1 }
-        defer { inFlight.withLock { $0 -= 1 } }
         if incoming.target.hasPrefix(ConciergeRoutes.prefix) {
             return await ownRoutes.handle(incoming)
         }
@@ -48,12 +43,11 @@ final class ProxyServerContext: Sendable {
         return await pipeline.handle(incoming)
     }
 
-    /// Whether the request body is streamed to the upstream rather than buffered.
-    func streams(method: String, target: String) -> Bool {
-        if target.hasPrefix(ConciergeRoutes.prefix) { return false }
-        let path = target.firstIndex(of: "?").map { String(target[..<$0]) } ?? target
-        let endpoint = runtime.current.router.route(method: method, path: path)
-        return !endpoint.envelope && !endpoint.isCacheable
+    /// The request's route, decided once as its head arrives; `nil` for Concierge's own
+    /// routes (their bodies are always buffered).
+    func route(method: String, target: String) -> PreparedRequest.Route? {
+        if target.hasPrefix(ConciergeRoutes.prefix) { return nil }
+        return runtime.route(method: method, target: target)
     }
 
     /// An absolute-form target turned into origin form and its host, only when it names an

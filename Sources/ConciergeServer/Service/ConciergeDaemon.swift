@@ -59,7 +59,8 @@ public final class ConciergeDaemon: Sendable {
         notifier = SystemdNotifier(environment: environment)
         runtime = Runtime(config: config)
         database = try StorageDatabase(path: config.storage.path, logger: logger)
-        cache = try CacheStore(database: database, maxBytes: config.storage.maxBytes, memoryBytes: config.storage.memoryBytes, logger: logger)
+        cache = try CacheStore(database: database, maxBytes: config.storage.maxBytes, memoryBytes: config.storage.memoryBytes, logger: logger,
+                               encodeHead: CachedReply.encodeHead)
         session = try SessionState(store: SessionStore(database: database), logger: logger)
         stats = ProxyStats()
         events = EventBus()
@@ -90,7 +91,7 @@ public final class ConciergeDaemon: Sendable {
         let health = UpstreamHealth(events: events)
         let exchange = UpstreamExchange(transport: transport, refresher: refresher, lifecycle: lifecycle,
                                         success: EnvelopeSuccess(lifecycle: lifecycle, stats: stats, logger: logger),
-                                        health: health, stats: stats, logger: logger)
+                                        health: health, logger: logger)
         return ProxyPipeline(runtime: runtime, cache: cache, exchange: exchange)
     }
 
@@ -122,7 +123,7 @@ public final class ConciergeDaemon: Sendable {
         let context = ProxyServerContext(pipeline: pipeline, stats: stats, requestLog: RequestLog(logger: requestLogger))
         guard case .tcp(let proxyHost, let proxyPort) = config.listen.proxy else { preconditionFailure("validated by the loader") }
         let readiness = self.readiness
-        let proxy = ProxyListener(context: context, host: proxyHost, port: proxyPort, group: group, logger: logger) { readiness.proxyBound($0) }
+        let proxy = ProxyListener(context: context, host: proxyHost, port: proxyPort, group: group, logger: logger, onBound: { readiness.proxyBound($0) })
 
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = []
         func add(_ service: any Service) {
@@ -183,7 +184,7 @@ public final class ConciergeDaemon: Sendable {
             logger.error("admin listener not started: no admin token (set admin.token, admin.token_file or CONCIERGE_ADMIN_TOKEN)")
             return nil
         }
-        let router = AdminAPI(control: self, token: token).makeRouter()
+        let router = AdminAPI(control: adminControl, token: token).makeRouter()
         let address: BindAddress
         let socketPath: String?
         switch config.listen.admin {
@@ -260,19 +261,11 @@ public final class ConciergeDaemon: Sendable {
     /// Writes to SQLite are failing, or the live session is not saved yet.
     var storageDegraded: Bool { database.health.isDegraded || session.hasUnsavedChange }
 
-    /// `GET /session`: who, whether tokens are present, `kind` (`user` | `app`), when set and
-    /// `expires_at` (RFC 3339 or null); tokens masked, never shown.
-    func sessionDescription() -> JSONValue {
-        let kind = runtime.current.config.session.kind
-        guard let s = session.current, s.kind == kind else {
-            return ["logged_in": false, "kind": .string(kind.rawValue), "expires_at": .null]
-        }
-        let formatter = ISO8601DateFormatter()
-        return ["logged_in": true, "kind": .string(s.kind.rawValue), "user_id": s.userID.map(JSONValue.string) ?? .null,
-                "access_token": .string(TokenMask.mask(s.accessToken)),
-                "refresh_token": s.refreshToken.map { .string(TokenMask.mask($0)) } ?? .null,
-                "set_at": .string(formatter.string(from: s.setAt)),
-                "expires_at": s.expiresAt.map { .string(formatter.string(from: $0)) } ?? .null]
+    /// The parts of the daemon the admin API reads and steers.
+    var adminControl: AdminControl {
+        AdminControl(runtime: runtime, lifecycle: lifecycle, logger: logger,
+                     storageDegraded: { self.storageDegraded }, refreshGauges: { self.refreshCacheGauges() },
+                     reload: { await self.reload() })
     }
 }
 

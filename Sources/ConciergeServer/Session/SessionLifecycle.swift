@@ -9,8 +9,11 @@ import Logging
 /// it and publishes its event; nothing else writes the session.
 struct SessionLifecycle: Sendable {
     let session: SessionState
+    /// Where a user's entries are removed on logout.
     let cache: CacheStore
+    /// Counts logouts (`logouts`).
     let stats: ProxyStats
+    /// `session.login`, `session.refreshed`, `session.logout`.
     let events: EventBus
     let logger: Logger
 

@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# Where Concierge's CPU goes on a HIT and on a MISS: perf and callgrind profiles (loopback only).
+#
+#   Benchmarks/profile.sh
+#   SKIP_BUILD=1 RELEASE_DIR=.build/release DURATION=3s CALLGRIND_REQUESTS=500 Benchmarks/profile.sh   # quick check
+#
+# perf (package linux-perf): Concierge (release) in front of the sample API; for each load
+# (HIT: one cached URL; MISS: a unique query per request) `wrk -t1 -c64` runs while
+# `perf record -e cpu-clock -g -p PID` samples the daemon for DURATION. Prints the TOP (10)
+# symbols by self time (perf report --no-children), the share of each thread group, and for
+# the MISS load the top symbols on the cache writer's threads. In a container without
+# hardware counters cpu-clock (a timer) is what perf can sample; PERF_EVENT overrides it.
+#
+# callgrind (package valgrind): a second Concierge runs under `valgrind --tool=callgrind`;
+# after WARMUP requests of each kind the counters are zeroed (callgrind_control -z), then
+# CALLGRIND_REQUESTS (2000) sequential requests are sent with curl over one keep-alive
+# connection and the counters dumped (callgrind_control -d); for the MISS dump the script
+# first waits until the writer has committed every entry, so its work is in. Instruction
+# counts do not depend on the machine's load: instructions per request repeat from run to
+# run, which sampled times on a busy 2-core machine do not. Two workarounds for Debian 12's
+# valgrind 3.19, both applied to copies in the temp dir: the binary's DWARF 5 debug info
+# (Swift 6 toolchain) stops its debuginfo reader, so it profiles a copy with the debug
+# sections stripped (objcopy --strip-debug; the symbol table stays, so do the names); and
+# its rt_sigsuspend wrapper writes into the signal mask that libdispatch passes from
+# read-only memory (SIGSEGV inside valgrind), so a 5-line LD_PRELOAD shim (built with cc)
+# hands sigsuspend a writable copy of the mask.
+#
+# Symbols are demangled with swift-demangle --simplified (or `swift demangle`) when present.
+# perf.data and callgrind.out files stay in OUT_DIR (perf report -i ..., callgrind_annotate).
+#
+# Env: PROFILER=both|perf|callgrind DURATION=10s CONNECTIONS=64 TOP=10 PERF_EVENT=cpu-clock
+#      CALLGRIND_REQUESTS=2000 WARMUP=200 STATE_BASE=/tmp SKIP_BUILD=0 RELEASE_DIR=.build/release
+#      OUT_DIR=bench-out/profile-<time>
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+PROFILER=${PROFILER:-both}
+DURATION=${DURATION:-10s}
+CONNECTIONS=${CONNECTIONS:-64}
+TOP=${TOP:-10}
+PERF_EVENT=${PERF_EVENT:-cpu-clock}
+CALLGRIND_REQUESTS=${CALLGRIND_REQUESTS:-2000}
+WARMUP=${WARMUP:-200}
+OUT_DIR=${OUT_DIR:-$BENCH_REPO/bench-out/profile-$(date +%Y%m%d-%H%M%S)}
+TOOLS="python3 $(dirname "$0")/bench_tools.py"
+case $PROFILER in both | perf | callgrind) ;; *) die "PROFILER must be both, perf or callgrind" ;; esac
+DUR_S=$(awk -v d="$DURATION" 'BEGIN {v = d + 0; if (d ~ /m$/) v *= 60; print int(v)}')
+[ "$DUR_S" -ge 1 ] || die "DURATION must be at least 1s"
+
+cmds=(wrk:wrk curl:curl python3:python3)
+[ "$PROFILER" != callgrind ] && cmds+=(perf:linux-perf)
+[ "$PROFILER" != perf ] && cmds+=(valgrind:valgrind callgrind_control:valgrind objcopy:binutils cc:gcc)
+need_cmds "${cmds[@]}"
+ensure_release_build
+mkdir -p "$OUT_DIR"
+make_workdir concierge-prof
+
+demangle() {
+    if command -v swift-demangle > /dev/null 2>&1; then swift-demangle --simplified
+    elif command -v swift > /dev/null 2>&1 && swift demangle --help > /dev/null 2>&1; then swift demangle --simplified
+    else cat; fi
+}
+
+SAMPLE_PORT=$(free_port)
+"$SAMPLE_BIN" --host 127.0.0.1 --port "$SAMPLE_PORT" > "$WORK/sample.log" 2>&1 &
+SAMPLE_PID=$!; track "$SAMPLE_PID"
+wait_http "http://127.0.0.1:$SAMPLE_PORT/api/items?limit=1" "$SAMPLE_PID" "$WORK/sample.log"
+write_miss_lua "$WORK/miss.lua"
+
+# start_concierge NAME [launcher...]: Concierge with its own ports and state; sets PID,
+# PROXY_PORT, ADMIN_PORT.
+start_concierge() {
+    local name=$1; shift
+    PROXY_PORT=$(free_port); ADMIN_PORT=$(free_port)
+    mkdir -p "$WORK/$name"
+    write_concierge_config "$WORK/$name/concierge.yaml" "$PROXY_PORT" "$ADMIN_PORT" \
+        "http://127.0.0.1:$SAMPLE_PORT" "$WORK/$name/cache.sqlite" 64MB
+    "$@" serve --config "$WORK/$name/concierge.yaml" > "$WORK/$name.log" 2>&1 &
+    PID=$!; track "$PID"
+    wait_http "http://127.0.0.1:$ADMIN_PORT/health" "$PID" "$WORK/$name.log" 300
+    local url="http://127.0.0.1:$PROXY_PORT/api/items?limit=1"
+    curl -fsS --max-time 60 -o /dev/null "$url"
+    [ "$(x_cache "$url")" = HIT ] || die "$name: the warm-up URL is not a HIT"
+}
+
+SUMMARY="$OUT_DIR/summary.txt"
+: > "$SUMMARY"
+say() { tee -a "$SUMMARY"; }
+{
+    echo "Concierge profiles: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), binary $(binary_info)"
+    echo "HIT = GET /api/items?limit=1 again and again; MISS = a unique query per request (upstream: sample API)"
+} | say
+
+# --- perf --------------------------------------------------------------------------------------
+perf_ok=1
+if [ "$PROFILER" != callgrind ]; then
+    if ! perf record -e "$PERF_EVENT" -g -o "$WORK/perf-probe.data" -- true > "$WORK/perf-probe.log" 2>&1; then
+        perf_ok=0
+        log "perf cannot record $PERF_EVENT here: $(tail -2 "$WORK/perf-probe.log")"
+        [ "$PROFILER" = perf ] && die "perf unusable (PROFILER=both falls back to callgrind)"
+    fi
+fi
+if [ "$PROFILER" != callgrind ] && [ "$perf_ok" = 1 ]; then
+    start_concierge perf "$CONCIERGE_BIN"
+    for kind in HIT MISS; do
+        args=(); [ "$kind" = MISS ] && args=(-s "$WORK/miss.lua")
+        log "perf: wrk -t1 -c$CONNECTIONS $kind load, perf record -e $PERF_EVENT -g -p $PID for ${DUR_S}s"
+        wrk -t1 -c"$CONNECTIONS" -d"$((DUR_S + 3))s" "${args[@]}" "http://127.0.0.1:$PROXY_PORT/api/items?limit=1" -- "perf$kind$RANDOM" \
+            > "$OUT_DIR/perf-wrk-$kind.txt" &
+        WRK=$!; track "$WRK"
+        sleep 1
+        run_waited perf record -e "$PERF_EVENT" -g -p "$PID" -o "$OUT_DIR/perf-$kind.data" -- sleep "$DUR_S" > "$WORK/perf-$kind.log" 2>&1 \
+            || die "perf record failed: $(tail -3 "$WORK/perf-$kind.log")"
+        rc=0; wait "$WRK" || rc=$?; untrack "$WRK"
+        [ "$rc" = 0 ] || die "wrk failed"
+        samples=$(perf report -i "$OUT_DIR/perf-$kind.data" --stdio --no-children -g none --sort comm 2>/dev/null | awk '/^# Samples:/ {print $3; exit}')
+        {
+            echo
+            echo "perf $kind: $samples samples of $PERF_EVENT over ${DUR_S}s ($(wrk_rps "$OUT_DIR/perf-wrk-$kind.txt") req/s under perf); top $TOP symbols by self time:"
+            perf report -i "$OUT_DIR/perf-$kind.data" --stdio --no-children -g none --sort dso,sym 2>/dev/null \
+                | grep -E '^ +[0-9]' | awk -v n="$TOP" 'NR <= n' | demangle | cut -c1-200
+            echo "  by thread group (% of samples):"
+            perf report -i "$OUT_DIR/perf-$kind.data" --stdio --no-children -g none --sort comm 2>/dev/null \
+                | grep -E '^ +[0-9]' | sed 's/^/  /'
+            if [ "$kind" = MISS ]; then
+                echo "  top symbols on the writer threads (-qos.overcommit: libdispatch workers of serial queues, where GRDB's writer queue runs; % of all samples):"
+                perf report -i "$OUT_DIR/perf-$kind.data" --stdio --no-children -g none --comms=-qos.overcommit --sort dso,sym 2>/dev/null \
+                    | grep -E '^ +[0-9]' | awk 'NR <= 8' | demangle | cut -c1-200 | sed 's/^/  /'
+            fi
+        } | say
+    done
+    stop_pid "$PID" 10; untrack "$PID"
+fi
+
+# --- callgrind ----------------------------------------------------------------------------------
+if [ "$PROFILER" != perf ]; then
+    objcopy --strip-debug "$CONCIERGE_BIN" "$WORK/concierge"
+    cat > "$WORK/sigsuspend_shim.c" <<'EOF'
+#define _GNU_SOURCE
+#include <signal.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+/* valgrind 3.19 edits the mask passed to rt_sigsuspend in place; libdispatch's is read-only. */
+int sigsuspend(const sigset_t *mask) {
+    sigset_t copy = *mask;
+    return (int)syscall(SYS_rt_sigsuspend, &copy, _NSIG / 8);
+}
+EOF
+    cc -O2 -shared -fPIC -o "$WORK/sigsuspend_shim.so" "$WORK/sigsuspend_shim.c"
+    log "callgrind: starting Concierge under valgrind (slow: up to a minute)"
+    start_concierge callgrind env LD_PRELOAD="$WORK/sigsuspend_shim.so" \
+        valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.out" "$WORK/concierge"
+    VG_PID=$PID
+    base="http://127.0.0.1:$PROXY_PORT/api/items?limit=1"
+    # curl_batch FILE: all requests in FILE over one connection; fails unless every answer is 200.
+    curl_batch() {
+        local codes
+        codes=$(curl -sS --max-time 900 -K "$1" -w '%{http_code}\n' | sort | uniq -c)
+        echo "$codes" | awk '$2 != 200 {bad = 1} END {exit bad}' || die "non-200 answers under callgrind: $codes"
+    }
+    urls() { # urls KIND FROM TO: a curl config
+        local i
+        for ((i = $2; i <= $3; i++)); do
+            if [ "$1" = HIT ]; then echo "url = \"$base\""; else echo "url = \"$base&run=cg&n=$i\""; fi
+            echo "output = /dev/null"
+        done
+    }
+    urls HIT 1 "$WARMUP" > "$WORK/warm-hit.curl"; urls MISS 1 "$WARMUP" > "$WORK/warm-miss.curl"
+    urls HIT 1 "$CALLGRIND_REQUESTS" > "$WORK/hit.curl"
+    urls MISS $((WARMUP + 1)) $((WARMUP + CALLGRIND_REQUESTS)) > "$WORK/miss.curl"
+    wait_entries() { # until /stats counts $1 entries (the writer commits after the replies)
+        local i
+        for ((i = 0; i < 600; i++)); do
+            [ "$(admin_stats "$ADMIN_PORT" entries)" -ge "$1" ] && return 0
+            sleep 0.5
+        done
+        die "the writer did not commit $1 entries within 300 s"
+    }
+    log "callgrind: warm-up, $WARMUP HIT and $WARMUP MISS requests"
+    curl_batch "$WORK/warm-hit.curl"; curl_batch "$WORK/warm-miss.curl"
+    wait_entries $((WARMUP + 1)); sleep 1
+    for kind in HIT MISS; do
+        callgrind_control -z "$VG_PID" > "$WORK/cgctl.log" 2>&1 || die "callgrind_control -z failed: $(cat "$WORK/cgctl.log")"
+        log "callgrind: $CALLGRIND_REQUESTS $kind requests"
+        curl_batch "$WORK/${kind,,}.curl"
+        [ "$kind" = MISS ] && { wait_entries $((WARMUP + CALLGRIND_REQUESTS + 1)); sleep 1; }
+        callgrind_control -d "$kind" "$VG_PID" > "$WORK/cgctl.log" 2>&1 || die "callgrind_control -d failed: $(cat "$WORK/cgctl.log")"
+    done
+    for kind in HIT MISS; do
+        f=$(grep -l "^desc: Trigger: dump $kind\$" "$WORK"/callgrind.out* 2>/dev/null | awk 'NR == 1')
+        [ -n "$f" ] || die "no callgrind dump for $kind in $WORK"
+        cp "$f" "$OUT_DIR/callgrind-$kind.out"
+        {
+            echo
+            echo "callgrind $kind (valgrind $(valgrind --version | sed 's/valgrind-//')), $CALLGRIND_REQUESTS sequential requests after $WARMUP of warm-up:"
+            $TOOLS callgrind-top "$OUT_DIR/callgrind-$kind.out" "$CALLGRIND_REQUESTS" --top "$TOP" | demangle | cut -c1-200
+        } | say
+    done
+    stop_pid "$VG_PID" 60; untrack "$VG_PID"
+fi
+echo | say
+echo "perf.data / callgrind.out files: $OUT_DIR (perf report -i FILE; callgrind_annotate FILE)" | say

@@ -1,0 +1,305 @@
+import ConciergeCore
+import NIOCore
+import NIOHTTP1
+
+/// One proxy connection's states, and what to do on each of its events, as a value: no
+/// channel, no context, no clock of its own.
+///
+/// ``ProxyHTTPHandler`` calls one mutating method per event (a checked request head, a body
+/// part, the end of the request, a timer tick, a finished reply, a parser error, the
+/// connection closing) and executes the ``Action`` it returns. Times are the event loop's,
+/// passed in, so a test drives the machine (and the handler, on an `EmbeddedEventLoop`)
+/// through any timeout without waiting.
+///
+/// - Important: ``ProxyHTTPHandler`` holds back what arrives during
+///   ``State/responding(request:)`` (its own pipelining), so a head normally arrives only when
+///   the machine waits for one. The machine still accepts a head while responding (it starts
+///   the next request), and ``replyFinished(request:keepAlive:now:)`` names the request it is
+///   about, so a late report for an earlier request never ends a later one.
+struct ProxyConnectionStateMachine {
+    /// The limits a connection applies; re-read from the configuration for each request.
+    struct Limits: Equatable {
+        var headerTimeout: TimeAmount
+        var bodyTimeout: TimeAmount
+        var maxBodyBytes: Int
+
+        init(headerTimeout: TimeAmount, bodyTimeout: TimeAmount, maxBodyBytes: Int) {
+            self.headerTimeout = headerTimeout
+            self.bodyTimeout = bodyTimeout
+            self.maxBodyBytes = maxBodyBytes
+        }
+
+        init(_ limits: ConciergeConfig.Limits) {
+            self.init(headerTimeout: .nanoseconds(limits.headerTimeout.nanoseconds),
+                      bodyTimeout: .nanoseconds(limits.bodyTimeout.nanoseconds), maxBodyBytes: limits.maxBodyBytes)
+        }
+
+        /// How often the handler's timer ticks: a quarter of the shortest timeout, at least 100 ms.
+        var tickInterval: TimeAmount {
+            max(.milliseconds(100), .nanoseconds(min(headerTimeout, bodyTimeout).nanoseconds / 4))
+        }
+    }
+
+    /// A request whose head was accepted, numbered in the order the connection received them.
+    struct Request {
+        var id: Int
+        var head: HTTPRequestHead
+        /// When the head arrived, for the request log's total time.
+        var started: ContinuousClock.Instant
+    }
+
+    /// How a dispatched request's body reaches its work.
+    enum DispatchedBody {
+        /// Read whole, within `maxBodyBytes`.
+        case buffered(ByteBuffer)
+        /// Arriving as ``Action/forwardBodyPart(_:)`` actions until ``Action/finishStreamedBody``
+        /// or ``Action/failStreamedBody(_:close:)``.
+        case streamed(length: Int?)
+    }
+
+    enum State {
+        /// Not active yet.
+        case opening
+        /// Waiting for a request head since `since`: the header timeout runs.
+        case waitingForHead(since: NIODeadline)
+        /// Reading a body that is kept whole before the request runs. `lastProgress` is `nil`
+        /// when no body was announced. `answerLocally`: `OPTIONS *`, answered at the end.
+        case buffering(Request, body: ByteBuffer, lastProgress: NIODeadline?, answerLocally: Bool)
+        /// The request runs while its body arrives and is forwarded part by part.
+        case streaming(Request, lastProgress: NIODeadline)
+        /// The request is whole and runs; its reply is being produced and written.
+        case responding(request: Int)
+        /// An error reply went out and the connection closes: the rest of the request is dropped.
+        case discarding
+        case closed
+        /// Only while a buffered body grows in place (no copy of the buffer).
+        case modifying
+    }
+
+    enum Action {
+        case none
+        /// Answer `Expect: 100-continue`, then read the body.
+        case sendContinue(HTTPVersion)
+        /// Run the request (the fast path, else its work as a task); `sendContinue` answers
+        /// `Expect: 100-continue` first.
+        case dispatch(Request, body: DispatchedBody, sendContinue: Bool)
+        case forwardBodyPart(ByteBuffer)
+        case finishStreamedBody
+        /// End the streamed body with an error, so the upstream request is aborted and the
+        /// request's work answers 400/408; `close` closes the connection too.
+        case failStreamedBody(ClientBodyFailure, close: Bool)
+        /// Write a reply Concierge makes itself; `head` is `nil` when no request head was read
+        /// (the reply is then not logged).
+        case respondLocally(ProxyReply, head: HTTPRequestHead?, close: Bool)
+        /// Write the 408 for a head that never completed below the HTTP layers, then close.
+        case writeHeaderTimeout
+        case close
+    }
+
+    private(set) var state = State.opening
+    /// Replies finished on this connection.
+    private(set) var served = 0
+    private(set) var limits: Limits
+    private var lastRequestID = 0
+
+    init(limits: Limits) {
+        self.limits = limits
+    }
+
+    // MARK: - Events
+
+    mutating func channelActive(now: NIODeadline) {
+        if case .opening = state { state = .waitingForHead(since: now) }
+    }
+
+    /// A head the checks of docs/hardening.md refused with `reply`.
+    mutating func headRefused(_ head: HTTPRequestHead, reply: ProxyReply) -> Action {
+        guard acceptsHead else { return .none }
+        state = .discarding
+        return .respondLocally(reply, head: head, close: true)
+    }
+
+    /// A head that passed the checks. `streamsBody`: the endpoint takes its body as a stream.
+    /// A reply is being produced or written: what arrives next waits (the handler's pipelining).
+    var isResponding: Bool {
+        if case .responding = state { return true }
+        return false
+    }
+
+    /// Idle between requests.
+    var isWaitingForHead: Bool {
+        if case .waitingForHead = state { return true }
+        return false
+    }
+
+    mutating func headReceived(_ head: HTTPRequestHead, streamsBody: Bool, limits: Limits, now: NIODeadline,
+                               started: ContinuousClock.Instant) -> Action {
+        guard acceptsHead else { return .none }
+        self.limits = limits
+        lastRequestID += 1
+        var request = Request(id: lastRequestID, head: head, started: started)
+        if head.uri == "*" {
+            state = .buffering(request, body: ByteBuffer(), lastProgress: nil, answerLocally: true)
+            return .none
+        }
+        let length = head.headers.first(name: "content-length").flatMap(Int.init)
+        if let length, length > limits.maxBodyBytes, !streamsBody {
+            state = .discarding
+            return .respondLocally(Self.tooLarge(limits), head: head, close: true)
+        }
+        let hasBody = (length ?? 0) > 0 || TransferCoding.of(head.headers["transfer-encoding"]) == .chunked
+        let sendContinue = hasBody && head.headers.contains(name: "expect")
+        if sendContinue { request.head.headers.remove(name: "expect") }
+        if hasBody, streamsBody {
+            state = .streaming(request, lastProgress: now)
+            return .dispatch(request, body: .streamed(length: length), sendContinue: sendContinue)
+        }
+        state = .buffering(request, body: ByteBuffer(), lastProgress: hasBody ? now : nil, answerLocally: false)
+        return sendContinue ? .sendContinue(head.version) : .none
+    }
+
+    mutating func bodyReceived(_ part: ByteBuffer, now: NIODeadline) -> Action {
+        switch state {
+        case .buffering(let request, var body, _, let answerLocally):
+            if body.readableBytes + part.readableBytes > limits.maxBodyBytes {
+                state = .discarding
+                return .respondLocally(Self.tooLarge(limits), head: request.head, close: true)
+            }
+            state = .modifying
+            var part = part
+            body.writeBuffer(&part)
+            state = .buffering(request, body: body, lastProgress: now, answerLocally: answerLocally)
+            return .none
+        case .streaming(let request, _):
+            state = .streaming(request, lastProgress: now)
+            return .forwardBodyPart(part)
+        case .opening, .waitingForHead, .responding, .discarding, .closed, .modifying:
+            return .none
+        }
+    }
+
+    mutating func endReceived(now: NIODeadline) -> Action {
+        switch state {
+        case .buffering(let request, let body, _, let answerLocally):
+            guard !answerLocally else {
+                let keepAlive = request.head.isKeepAlive
+                served += 1
+                state = keepAlive ? .waitingForHead(since: now) : .closed
+                return .respondLocally(Self.allowedMethods, head: request.head, close: !keepAlive)
+            }
+            state = .responding(request: request.id)
+            return .dispatch(request, body: .buffered(body), sendContinue: false)
+        case .streaming(let request, _):
+            state = .responding(request: request.id)
+            return .finishStreamedBody
+        case .discarding:
+            state = .closed
+            return .close
+        case .opening, .waitingForHead, .responding, .closed, .modifying:
+            return .none
+        }
+    }
+
+    /// The handler's periodic check of the header and body deadlines.
+    mutating func timerFired(now: NIODeadline) -> Action {
+        switch state {
+        case .waitingForHead(let since) where now - since >= limits.headerTimeout:
+            state = .closed
+            // An idle keep-alive connection is closed quietly, like nginx's `keepalive_timeout`.
+            return served == 0 ? .writeHeaderTimeout : .close
+        case .buffering(let request, _, let lastProgress?, _) where now - lastProgress >= limits.bodyTimeout:
+            state = .discarding
+            return .respondLocally(ClientBodyFailure.stalled.reply, head: request.head, close: true)
+        case .streaming(let request, let lastProgress) where now - lastProgress >= limits.bodyTimeout:
+            // The request's work answers 408 once the aborted upstream request returns.
+            state = .responding(request: request.id)
+            return .failStreamedBody(.stalled, close: false)
+        default:
+            return .none
+        }
+    }
+
+    /// The reply to request `id` is written (`keepAlive`: the connection may serve another).
+    /// Call it before writing a reply synchronously, and execute its action after the write.
+    mutating func replyFinished(request id: Int, keepAlive: Bool, now: NIODeadline) -> Action {
+        served += 1
+        switch state {
+        case .responding(let current) where current == id:
+            state = keepAlive ? .waitingForHead(since: now) : .closed
+            return keepAlive ? .none : .close
+        case .streaming(let request, _) where request.id == id:
+            // The upstream answered before the body ended: the rest can no longer be forwarded.
+            state = .closed
+            return .failStreamedBody(.malformed("reply sent before the body ended"), close: true)
+        case .closed:
+            return .none
+        default:
+            // An earlier request's reply: its `.end` already let the next request in.
+            return keepAlive ? .none : .close
+        }
+    }
+
+    /// The listener no longer takes request work (graceful shutdown): 503, then close.
+    mutating func workRefused(_ request: Request) -> Action {
+        state = .discarding
+        return .respondLocally(.error(503, "shutting down"), head: request.head, close: true)
+    }
+
+    mutating func parserFailed(_ error: HTTPParserError) -> Action {
+        switch state {
+        case .opening, .waitingForHead, .buffering:
+            state = .discarding
+            return .respondLocally(Self.reply(to: error), head: nil, close: true)
+        case .streaming(let request, _):
+            // The request's work answers 400 once the aborted upstream request returns.
+            state = .responding(request: request.id)
+            return .failStreamedBody(.malformed("\(error)"), close: false)
+        case .responding, .discarding, .closed, .modifying:
+            return .close
+        }
+    }
+
+    /// Any other error on the connection: close it (a streamed body fails when it is inactive).
+    func connectionFailed() -> Action {
+        .close
+    }
+
+    mutating func channelInactive() -> Action {
+        let previous = state
+        state = .closed
+        guard case .streaming = previous else { return .none }
+        return .failStreamedBody(.malformed("connection closed before the body ended"), close: false)
+    }
+
+    // MARK: - Replies
+
+    private var acceptsHead: Bool {
+        switch state {
+        case .opening, .waitingForHead, .responding: return true
+        case .buffering, .streaming, .discarding, .closed, .modifying: return false
+        }
+    }
+
+    static func tooLarge(_ limits: Limits) -> ProxyReply {
+        .error(413, "request body larger than \(limits.maxBodyBytes) bytes")
+    }
+
+    /// The answer to `OPTIONS *`.
+    static var allowedMethods: ProxyReply {
+        var reply = ProxyReply(status: 200, body: .buffer(ByteBuffer()))
+        reply.headers.add(name: "Allow", value: "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
+        return reply
+    }
+
+    static func reply(to error: HTTPParserError) -> ProxyReply {
+        switch error {
+        case .headerOverflow: return .error(431, "request header block too large")
+        case .invalidMethod: return .error(501, "method not implemented")
+        case .invalidEOFState: return .error(400, "malformed request: connection closed before the request ended")
+        // llhttp's "invalid Transfer-Encoding" (a coding other than a final chunked without a
+        // length) has no case of its own in NIO.
+        case .unknown: return .error(501, "unsupported transfer coding or framing")
+        default: return .error(400, "malformed request: \(error)")
+        }
+    }
+}

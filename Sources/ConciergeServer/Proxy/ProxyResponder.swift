@@ -1,0 +1,30 @@
+import ConciergeCore
+import NIOCore
+
+/// What a proxy connection needs from the daemon: the configuration its checks read, the
+/// pipeline that answers, and the request log. ``ProxyServerContext`` is the daemon's; a test
+/// gives ``ProxyHTTPHandler`` a stub to run it on an `EmbeddedChannel`.
+protocol ProxyResponder: Sendable {
+    /// The configuration in force (limits, `Host` policy), read once per request head.
+    var currentConfig: RuntimeConfig { get }
+
+    /// A reply to write synchronously on the event loop (a fresh hot-tier hit or a local
+    /// answer), or the preparation to go on with; `nil` when the request needs ``handle(_:prepared:)``.
+    /// `encoded`: the connection can take a hit as ready HTTP/1.1 bytes.
+    func fastPath(_ incoming: IncomingRequest, encoded: Bool) -> ProxyPipeline.FastPath?
+
+    /// The reply, from the pipeline or Concierge's own routes (`prepared` when the fast path
+    /// already prepared the request).
+    func handle(_ incoming: IncomingRequest, prepared: ProxyPipeline.Preparation?) async -> ProxyAnswer
+
+    /// The request's route, decided once as its head arrives (it says whether the body is
+    /// streamed); `nil` for Concierge's own routes, whose bodies are buffered.
+    func route(method: String, target: String) -> PreparedRequest.Route?
+
+    /// An absolute-form target turned into origin form and its host, only when it names an
+    /// upstream.
+    func originForm(_ uri: String) -> (origin: String, host: String)?
+
+    /// Counts a finished request in the metrics and writes its log line.
+    func log(_ incoming: IncomingRequest, _ answer: ProxyAnswer, started: ContinuousClock.Instant)
+}

@@ -1,0 +1,54 @@
+import ConciergeCore
+import NIOHTTP1
+
+/// The checks a request head passes before routing (docs/hardening.md): header block size,
+/// method, transfer coding, target form, `Host`, `Expect`; header names with `_` are dropped.
+enum RequestHeadCheck {
+    /// Why `head` is refused, or `nil`. Turns an absolute-form target naming an upstream into
+    /// origin form and drops underscored header names, in place.
+    static func refusal(_ head: inout HTTPRequestHead, config: RuntimeConfig, responder: some ProxyResponder) -> ProxyReply? {
+        let limits = config.config.limits
+        var headerBytes = head.uri.utf8.count
+        for (name, value) in head.headers { headerBytes += name.utf8.count + value.utf8.count + 4 }
+        if headerBytes > limits.maxHeaderBytes {
+            return .error(431, "request header block larger than \(limits.maxHeaderBytes) bytes")
+        }
+        switch head.method {
+        case .CONNECT: return .error(405, "CONNECT is not supported: Concierge is not a forward proxy")
+        case .TRACE: return .error(405, "TRACE is not supported")
+        default: break
+        }
+        if case .unsupported(let codings) = TransferCoding.of(head.headers["transfer-encoding"]) {
+            return .error(501, "transfer coding '\(HTTPFieldSyntax.printable(codings))' is not supported (only a final chunked)")
+        }
+        if let refusal = targetRefusal(&head, config: config, responder: responder) { return refusal }
+        if let expectation = head.headers.first(name: "expect"), expectation.lowercased() != "100-continue" {
+            return .error(417, "unsupported expectation")
+        }
+        if !limits.underscoresInHeaders {
+            let underscored = Set(head.headers.map(\.name).filter { $0.utf8.contains(UInt8(ascii: "_")) })
+            for name in underscored { head.headers.remove(name: name) }
+        }
+        return nil
+    }
+
+    /// The target's form and, unless an absolute-form target named the host, the `Host` field.
+    private static func targetRefusal(_ head: inout HTTPRequestHead, config: RuntimeConfig, responder: some ProxyResponder) -> ProxyReply? {
+        if head.uri == "*" {
+            guard head.method == .OPTIONS else { return .error(400, "the asterisk target is for OPTIONS only") }
+        } else if !head.uri.hasPrefix("/") {
+            guard let (origin, _) = responder.originForm(head.uri) else {
+                return .error(400, "absolute-form target names a host that is not an upstream")
+            }
+            // Its authority stands for `Host`.
+            head.uri = origin
+            return nil
+        }
+        let verdict = config.hostPolicy.verdict(hostFields: head.headers["host"], requiresHost: head.version.major > 1 || head.version.minor >= 1)
+        switch verdict {
+        case .allowed: return nil
+        case .malformed(let why): return .error(400, why)
+        case .forbidden(let name): return .error(403, "host not allowed: \(HTTPFieldSyntax.printable(name))")
+        }
+    }
+}
