@@ -250,7 +250,9 @@ struct UpstreamPoolTests {
 
     @Test("a refused connection fails at once: unreachable")
     func connectRefused() async throws {
-        let port = try ScriptedUpstream.closedPort()
+        let refusing = try RefusingPort()
+        defer { refusing.close() }
+        let port = refusing.port
         try await withPool { pool in
             let started = ContinuousClock.now
             let result = await send(pool, request("http://127.0.0.1:\(port)/x", timeout: .seconds(30)))
