@@ -23,6 +23,8 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
 
     private let responder: Responder
     private let requests: RequestWorkQueue
+    /// The connection's event loop as the executor its request work prefers.
+    private var executor: EventLoopTaskExecutor?
     private var machine: ProxyConnectionStateMachine
     /// Ticks the machine's header and body deadlines; one repeated task per connection, so a
     /// request costs a timestamp, not a timer.
@@ -263,7 +265,8 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
         let responder = self.responder
         let (id, version, started) = (request.id, request.head.version, request.started)
         let (isHead, requestKeepAlive) = (request.head.method == .HEAD, request.head.isKeepAlive)
-        return {
+        if executor == nil { executor = EventLoopTaskExecutor(context.eventLoop) }
+        return RequestWork(executor: executor) {
             await withTaskCancellationHandler {
                 var answer = await responder.handle(incoming, prepared: prepared)
                 var keepAlive = requestKeepAlive

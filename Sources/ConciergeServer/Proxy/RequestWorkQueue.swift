@@ -1,6 +1,9 @@
 /// One request's asynchronous work: the pipeline call and the writing of the whole reply,
-/// streamed bodies included.
-typealias RequestWork = @Sendable () async -> Void
+/// streamed bodies included, and the executor it prefers (its connection's event loop).
+struct RequestWork: Sendable {
+    let executor: (any TaskExecutor)?
+    let run: @Sendable () async -> Void
+}
 
 /// Hands request work from the connections (on their event loops) to the task group of
 /// ``ProxyListener/run()``, so every request runs as a child task of the listener and a
@@ -14,7 +17,7 @@ struct RequestWorkQueue: Sendable {
     }
 
     /// Queues `work`; `false` once the queue is finished (the listener is shutting down).
-    func submit(_ work: @escaping RequestWork) -> Bool {
+    func submit(_ work: RequestWork) -> Bool {
         if case .enqueued = continuation.yield(work) { return true }
         return false
     }
@@ -24,14 +27,14 @@ struct RequestWorkQueue: Sendable {
         continuation.finish()
     }
 
-    /// Runs each queued item as a child task; returns once the queue is finished and every
+    /// Runs each queued item as a child task on its preferred executor; returns once the queue is finished and every
     /// item has returned. Cancelling the calling task cancels the items.
     ///
     /// - Important: call it once (the queue has one consumer).
     func run() async {
         await withDiscardingTaskGroup { group in
             for await work in stream {
-                group.addTask { await work() }
+                group.addTask(executorPreference: work.executor) { await work.run() }
             }
         }
     }
