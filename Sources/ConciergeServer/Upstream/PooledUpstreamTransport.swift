@@ -40,7 +40,7 @@ public final class PooledUpstreamTransport: UpstreamTransport {
 
     /// The `ca_file` of the configured https upstream at this URL's origin, if any.
     func caFile(for url: String) -> String? {
-        guard let origin = UpstreamOrigin.parse(url)?.origin, origin.isTLS else { return nil }
+        guard UpstreamOrigin.schemeIsTLS(url) == true, let origin = UpstreamOrigin.parse(url)?.origin else { return nil }
         return upstreams().first { $0.caFile != nil && origin.matches($0.scheme, host: $0.host, port: $0.port) }?.caFile
     }
 

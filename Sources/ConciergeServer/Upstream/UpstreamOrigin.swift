@@ -17,47 +17,65 @@ struct UpstreamOrigin: Hashable, Sendable, CustomStringConvertible {
     /// The name sent as SNI and checked against the certificate; nil for an address (the
     /// certificate is then checked against the peer's IP address).
     var serverName: String? {
-        let isAddress = host.contains(":") || host.split(separator: ".").allSatisfy { !$0.isEmpty && $0.allSatisfy(\.isNumber) }
+        let isAddress = host.utf8.contains(UInt8(ascii: ":"))
+            || host.utf8.split(separator: UInt8(ascii: ".")).allSatisfy { !$0.isEmpty && $0.allSatisfy { (0x30...0x39).contains($0) } }
         return isAddress ? nil : host
     }
 
     /// Splits an absolute `http://` or `https://` URL into its origin and the request target
-    /// (path and query, `/` when empty); nil for anything else.
+    /// (path and query, `/` when empty); nil for anything else. Walks the URL's UTF-8 bytes:
+    /// it runs twice per miss.
     static func parse(_ url: String, caFile: String? = nil) -> (origin: UpstreamOrigin, target: String)? {
-        let lower = url.prefix(8).lowercased()
-        let isTLS: Bool
-        if lower.hasPrefix("https://") { isTLS = true } else if lower.hasPrefix("http://") { isTLS = false } else { return nil }
-        let rest = url.dropFirst(isTLS ? 8 : 7)
-        let end = rest.firstIndex { $0 == "/" || $0 == "?" || $0 == "#" } ?? rest.endIndex
-        let authority = String(rest[..<end])
-        var target = String(rest[end...])
-        if let hash = target.firstIndex(of: "#") { target = String(target[..<hash]) }
-        if !target.hasPrefix("/") { target = "/" + target }
-        guard !authority.isEmpty, !authority.contains("@"), let (host, port) = hostAndPort(authority, defaultPort: isTLS ? 443 : 80) else {
+        let bytes = url.utf8
+        guard let isTLS = schemeIsTLS(url) else { return nil }
+        let hostStart = bytes.index(bytes.startIndex, offsetBy: isTLS ? 8 : 7)
+        let delimiters: [UInt8] = [UInt8(ascii: "/"), UInt8(ascii: "?"), UInt8(ascii: "#")]
+        let hostEnd = bytes[hostStart...].firstIndex { delimiters.contains($0) } ?? bytes.endIndex
+        let targetEnd = bytes[hostEnd...].firstIndex(of: UInt8(ascii: "#")) ?? bytes.endIndex
+        let authority = String(url[hostStart..<hostEnd])
+        var target = String(url[hostEnd..<targetEnd])
+        if target.utf8.first != UInt8(ascii: "/") { target = "/" + target }
+        guard !authority.isEmpty, !authority.utf8.contains(UInt8(ascii: "@")),
+              let (host, port) = hostAndPort(authority, defaultPort: isTLS ? 443 : 80) else {
             return nil
         }
         return (UpstreamOrigin(isTLS: isTLS, host: host, port: port, caFile: isTLS ? caFile : nil, authority: authority), target)
     }
 
+    /// `true` for `https://`, `false` for `http://` (scheme in any case), nil for anything else.
+    static func schemeIsTLS(_ url: String) -> Bool? {
+        var bytes = url.utf8.makeIterator()
+        for expected in "http".utf8 {
+            guard let byte = bytes.next(), byte | 0x20 == expected else { return nil }
+        }
+        var next = bytes.next()
+        let isTLS = next.map { $0 | 0x20 == UInt8(ascii: "s") } ?? false
+        if isTLS { next = bytes.next() }
+        guard next == UInt8(ascii: ":"), bytes.next() == UInt8(ascii: "/"), bytes.next() == UInt8(ascii: "/") else { return nil }
+        return isTLS
+    }
+
     private static func hostAndPort(_ authority: String, defaultPort: Int) -> (String, Int)? {
-        var host = Substring(authority)
-        var portText: Substring?
-        if host.hasPrefix("[") {
-            guard let close = host.firstIndex(of: "]") else { return nil }
+        let bytes = authority.utf8
+        var host = bytes[...]
+        var portText: Substring.UTF8View?
+        if host.first == UInt8(ascii: "[") {
+            guard let close = host.firstIndex(of: UInt8(ascii: "]")) else { return nil }
             let after = host[host.index(after: close)...]
             if !after.isEmpty {
-                guard after.hasPrefix(":") else { return nil }
-                portText = after.dropFirst()
+                guard after.first == UInt8(ascii: ":") else { return nil }
+                portText = Substring(after.dropFirst()).utf8
             }
             host = host[host.index(after: host.startIndex)..<close]
-        } else if let colon = host.lastIndex(of: ":") {
-            portText = host[host.index(after: colon)...]
+        } else if let colon = host.lastIndex(of: UInt8(ascii: ":")) {
+            portText = Substring(host[host.index(after: colon)...]).utf8
             host = host[..<colon]
         }
         guard !host.isEmpty else { return nil }
-        guard let portText else { return (String(host), defaultPort) }
-        guard let port = Int(portText), (1...65535).contains(port) else { return nil }
-        return (String(host), port)
+        let hostName = String(Substring(host))
+        guard let portText else { return (hostName, defaultPort) }
+        guard let port = Int(Substring(portText)), (1...65535).contains(port) else { return nil }
+        return (hostName, port)
     }
 
     /// Whether a configured upstream is this origin (its CA file then applies).
@@ -73,11 +91,10 @@ struct UpstreamOrigin: Hashable, Sendable, CustomStringConvertible {
         let method = HTTPMethod(rawValue: method)
         var fields = HTTPHeaders()
         if !headers.contains(name: "host") { fields.add(name: "Host", value: authority) }
-        for (name, value) in headers {
-            let lower = name.lowercased()
-            if lower == "content-length" || lower == "transfer-encoding" { continue }
-            fields.add(name: name, value: value)
-        }
+        fields.add(contentsOf: headers)
+        // Framing is the pool's own, from the body it sends (comparisons ignore case).
+        fields.remove(name: "content-length")
+        fields.remove(name: "transfer-encoding")
         switch method {
         case _ where bodyLength > 0: fields.add(name: "Content-Length", value: String(bodyLength))
         case .GET, .HEAD, .DELETE, .CONNECT, .TRACE: break

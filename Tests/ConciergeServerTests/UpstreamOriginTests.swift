@@ -1,0 +1,61 @@
+import NIOHTTP1
+import Testing
+
+@testable import ConciergeServer
+
+/// How an upstream URL splits into the pool's origin and the request target.
+@Suite("Upstream origin")
+struct UpstreamOriginTests {
+    @Test("scheme, host, port and target; the default port per scheme; the scheme in any case")
+    func splits() throws {
+        let (plain, target) = try #require(UpstreamOrigin.parse("http://api.example.com:8080/v1/items?limit=1&b=2"))
+        #expect(!plain.isTLS && plain.host == "api.example.com" && plain.port == 8080 && plain.authority == "api.example.com:8080")
+        #expect(target == "/v1/items?limit=1&b=2")
+        let (secure, root) = try #require(UpstreamOrigin.parse("HTTPS://Example.com", caFile: "/ca.pem"))
+        #expect(secure.isTLS && secure.port == 443 && secure.host == "Example.com" && secure.caFile == "/ca.pem")
+        #expect(root == "/")
+        #expect(try #require(UpstreamOrigin.parse("http://h/x", caFile: "/ca.pem")).origin.caFile == nil, "a CA file is for https only")
+        #expect(try #require(UpstreamOrigin.parse("http://h")).origin.port == 80)
+    }
+
+    @Test("a query with no path gets a leading slash; a fragment is not sent")
+    func target() throws {
+        #expect(try #require(UpstreamOrigin.parse("http://h?q=1")).target == "/?q=1")
+        #expect(try #require(UpstreamOrigin.parse("http://h/p?q=1#frag")).target == "/p?q=1")
+        #expect(try #require(UpstreamOrigin.parse("http://h#frag")).target == "/")
+    }
+
+    @Test("IPv6 literals: brackets off the host, kept in the authority; an address is not a server name")
+    func ipv6() throws {
+        let (origin, _) = try #require(UpstreamOrigin.parse("https://[::1]:8443/x"))
+        #expect(origin.host == "::1" && origin.port == 8443 && origin.authority == "[::1]:8443")
+        #expect(origin.serverName == nil)
+        #expect(try #require(UpstreamOrigin.parse("https://[::1]/x")).origin.port == 443)
+        #expect(try #require(UpstreamOrigin.parse("https://10.0.0.2/x")).origin.serverName == nil)
+        #expect(try #require(UpstreamOrigin.parse("https://api.example.com/x")).origin.serverName == "api.example.com")
+    }
+
+    @Test("refused: other schemes, user info, an empty host, bad ports, an unclosed bracket")
+    func refused() {
+        for url in ["ftp://h/x", "http:/h/x", "httpx://h", "//h/x", "http://user:pw@h/x", "http:///x", "http://h:0/",
+                    "http://h:65536/", "http://h:port/", "http://[::1/x", "http://[::1]x/", "http://:80/"] {
+            #expect(UpstreamOrigin.parse(url) == nil, "\(url)")
+        }
+        #expect(UpstreamOrigin.schemeIsTLS("HtTpS://h") == true)
+        #expect(UpstreamOrigin.schemeIsTLS("http://h") == false)
+        #expect(UpstreamOrigin.schemeIsTLS("https:/h") == nil)
+    }
+
+    @Test("the head sent: Host first when absent, the caller's framing replaced by the body's")
+    func requestHead() throws {
+        let (origin, _) = try #require(UpstreamOrigin.parse("http://h:81/x"))
+        let head = origin.requestHead(method: "POST", target: "/x",
+                                      headers: ["Accept": "application/json", "CONTENT-LENGTH": "99", "Transfer-Encoding": "chunked"],
+                                      bodyLength: 5)
+        #expect(head.headers.map(\.name) == ["Host", "Accept", "Content-Length"])
+        #expect(head.headers["Host"] == ["h:81"] && head.headers["Content-Length"] == ["5"])
+        let get = origin.requestHead(method: "GET", target: "/x", headers: ["host": "other"], bodyLength: 0)
+        #expect(get.headers.map(\.name) == ["host"], "a GET without a body has no Content-Length; the caller's Host stays")
+        #expect(origin.requestHead(method: "PUT", target: "/x", headers: [:], bodyLength: 0).headers["Content-Length"] == ["0"])
+    }
+}
