@@ -1,5 +1,6 @@
 @testable import ConciergeCore
 import Testing
+import NIOHTTP1
 
 @Suite("CacheKey")
 struct CacheKeyTests {
@@ -190,5 +191,26 @@ struct QueryStringTests {
         #expect(QueryString.canonical([Param("é", "1"), Param("z", "1")]) == "%C3%A9=1&z=1")
         #expect(QueryString.canonical([Param("x", "~"), Param("x", "%")]) == "x=%25&x=~")
         #expect(QueryString.canonical([Param]()) == "")
+    }
+}
+
+@Suite("Cache bypass by request headers")
+struct CacheBypassTests {
+    @Test("Cache-Control with no-cache among its directives, or X-Concierge-Cache: bypass, in any case")
+    func bypasses() {
+        #expect(PreparedRequest.bypasses(["Cache-Control": "no-cache"]))
+        #expect(PreparedRequest.bypasses(["cache-control": "max-age=0, No-Cache"]))
+        #expect(PreparedRequest.bypasses(["X-Concierge-Cache": "BYPASS"]))
+        #expect(PreparedRequest.bypasses(["Accept": "*/*", "x-concierge-cache": "bypass"]))
+    }
+
+    @Test("other fields, other values and look-alikes do not bypass")
+    func keeps() {
+        #expect(!PreparedRequest.bypasses([:]))
+        #expect(!PreparedRequest.bypasses(["Cache-Control": "max-age=0"]))
+        #expect(!PreparedRequest.bypasses(["Cache-Control": "no-cach"]))
+        #expect(!PreparedRequest.bypasses(["Cache-Control": "no\rcache"]))
+        #expect(!PreparedRequest.bypasses(["X-Concierge-Cache": "bypass-not"]))
+        #expect(!PreparedRequest.bypasses(["X-Cache-Control": "no-cache", "Pragma": "no-cache"]))
     }
 }
