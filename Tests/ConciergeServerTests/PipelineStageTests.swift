@@ -82,23 +82,26 @@ struct StageFixture {
     let stats = ProxyStats()
     let events = EventBus()
     let transport: ScriptedTransport
+    let runtime: Runtime
     let pipeline: ProxyPipeline
     let writer: Task<Void, Never>
 
-    init(_ script: @escaping ScriptedTransport.Script) throws {
+    /// - Parameter encodedHits: hot entries get their head encoded, as in the daemon (hits as ready bytes).
+    init(encodedHits: Bool = false, _ script: @escaping ScriptedTransport.Script) throws {
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("concierge-stages-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let logger = Logger(label: "stages") { _ in SwiftLogNoOpLogHandler() }
         let config = try ConfigLoader.parse(yaml: Self.yaml + "\nstorage:\n  path: \(directory.path)/c.sqlite\n")
         let database = try StorageDatabase(path: "\(directory.path)/c.sqlite", logger: logger)
-        cache = try CacheStore(database: database, maxBytes: 64 << 20, memoryBytes: 8 << 20, logger: logger)
+        cache = try CacheStore(database: database, maxBytes: 64 << 20, memoryBytes: 8 << 20, logger: logger,
+                               encodeHead: encodedHits ? CachedReply.encodeHead : nil)
         let cache = self.cache
         writer = Task { await cache.run() }
         session = try SessionState(store: SessionStore(database: database), logger: logger)
         transport = ScriptedTransport(script)
         let lifecycle = SessionLifecycle(session: session, cache: cache, stats: stats, events: events, logger: logger)
-        pipeline = ConciergeDaemon.makePipeline(runtime: Runtime(config: config), cache: cache, lifecycle: lifecycle,
-                                                transport: transport, logger: logger)
+        runtime = Runtime(config: config)
+        pipeline = ConciergeDaemon.makePipeline(runtime: runtime, cache: cache, lifecycle: lifecycle, transport: transport, logger: logger)
     }
 
     func login(_ user: String, access: String = "at-1", refresh: String = "rt-1") async throws {

@@ -76,9 +76,9 @@ extension CachedReply {
 
     /// A fresh entry's hit as ready bytes, when the entry has an encoded head and the endpoint
     /// does not `unwrap` (whose body depends on the configuration).
-    static func encoded(_ entry: CacheEntry, _ p: PreparedRequest, now: Double) -> EncodedHit? {
-        guard let head = entry.encodedHead, p.endpoint.unwrap == nil else { return nil }
+    static func encoded(_ entry: CacheEntry, endpoint: EndpointPolicy, now: Double) -> EncodedHit? {
+        guard let head = entry.encodedHead, endpoint.unwrap == nil else { return nil }
         return EncodedHit(head: head.bytes, body: entry.body, ttl: entry.remainingTTL(at: now), age: head.upstreamAge + entry.age(at: now),
-                          status: entry.status, report: RequestReport(endpoint: p.endpoint.name, cache: .hit, succeeded: true))
+                          status: entry.status, report: RequestReport(endpoint: endpoint.name, cache: .hit, succeeded: true))
     }
 }

@@ -23,6 +23,7 @@ public final class ProxyPipeline: Sendable {
     let exchange: UpstreamExchange
     let events: EventBus
     private let coalescer = MissCoalescer<Fetched>()
+    let hitMemos = HitMemos()
     private let revalidating = Mutex<Set<String>>([])
 
     init(runtime: Runtime, cache: CacheStore, exchange: UpstreamExchange) {
@@ -37,38 +38,21 @@ public final class ProxyPipeline: Sendable {
     }
 
     func prepare(_ incoming: IncomingRequest) -> Preparation {
-        let route = incoming.route ?? runtime.route(method: incoming.method, target: incoming.target)
+        prepare(incoming, route: incoming.route ?? runtime.route(method: incoming.method, target: incoming.target), session: session.current)
+    }
+
+    func prepare(_ incoming: IncomingRequest, route: PreparedRequest.Route, session: SessionTokens?) -> Preparation {
         var buffered: ByteBuffer? = nil
         if case .buffered(let body) = incoming.body { buffered = body }
         let received = PreparedRequest.Received(method: incoming.method, target: incoming.target, headers: incoming.headers,
                                                 body: buffered, clientAddress: incoming.clientAddress)
-        switch PreparedRequest.prepare(received, route: route, session: session.current) {
+        switch PreparedRequest.prepare(received, route: route, session: session) {
         case .ready(let prepared):
             return .ready(prepared, streamedBody: buffered == nil ? incoming.body : nil)
         case .notLoggedIn(let endpoint):
             let (reply, code) = LocalReplies.notLoggedIn(route.config)
             return .answer(ProxyAnswer(reply, RequestReport(endpoint: endpoint, businessCode: code)))
         }
-    }
-
-    /// A fresh hot-tier hit (or a local answer), or the preparation to go on with.
-    enum FastPath: Sendable {
-        case answer(ProxyAnswer)
-        /// A hit as ready bytes (only when the caller asked for them).
-        case encodedHit(EncodedHit)
-        case prepared(Preparation)
-    }
-
-    /// - Parameter encoded: the caller can write a hit as ready HTTP/1.1 bytes (a keep-alive
-    ///   HTTP/1.1 `GET`).
-    func fastPath(_ incoming: IncomingRequest, encoded: Bool = false) -> FastPath {
-        let preparation = prepare(incoming)
-        if case .answer(let answer) = preparation { return .answer(answer) }
-        guard case .ready(let p, _) = preparation, let key = p.cacheKey, !p.bypass else { return .prepared(preparation) }
-        let now = Date().timeIntervalSince1970
-        guard let entry = cache.hotLookup(key, now: now), entry.isFresh(at: now) else { return .prepared(preparation) }
-        if encoded, let hit = CachedReply.encoded(entry, p, now: now) { return .encodedHit(hit) }
-        return .answer(CachedReply.make(entry, p, status: .hit, now: now))
     }
 
     public func handle(_ incoming: IncomingRequest) async -> ProxyAnswer {

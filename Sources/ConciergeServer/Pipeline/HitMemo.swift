@@ -1,0 +1,101 @@
+import ConciergeCore
+import NIOHTTP1
+import NIOPosix
+import Synchronization
+
+/// What preparing a cacheable `GET` gave (its cache key and endpoint), remembered so that a
+/// repeated hit skips ``PreparedRequest/prepare(_:route:session:)`` (query parsing, common
+/// params, scope, key building): a fifth of a hit's instructions.
+///
+/// Sound because preparing is a pure function of the method, the target, the headers, the
+/// body, the route (configuration generation and environment) and the session. A recipe is
+/// used only when all of them are the very same: the request has no body, its method, target
+/// and headers are equal byte for byte, the configuration is the same object (a reload makes
+/// a new one; the recipe holds it, so its identity cannot be reused), and the environment and
+/// the session are equal. The memo is consulted for hits alone: when the recipe's entry is not
+/// fresh in the hot tier the request takes the full path.
+///
+/// Each thread (event loop) has its own memo (``HitMemos``), of at most ``capacity`` recipes,
+/// emptied when full.
+final class HitMemo: Sendable {
+    static let capacity = 1024
+    /// Longer targets or more header bytes are not remembered.
+    static let maxProbeBytes = 4096
+
+    struct Recipe: Sendable {
+        let config: RuntimeConfig
+        let environment: String
+        let session: SessionTokens?
+        let key: String
+        let endpoint: EndpointPolicy
+    }
+
+    /// The request as preparing reads it (a body is excluded by the callers).
+    struct Probe: Hashable, Sendable {
+        let method: String
+        let target: String
+        let headers: HTTPHeaders
+
+        static func == (a: Probe, b: Probe) -> Bool {
+            a.method == b.method && a.target == b.target
+                && a.headers.elementsEqual(b.headers) { $0.name == $1.name && $0.value == $1.value }
+        }
+
+        func hash(into hasher: inout Hasher) {
+            hasher.combine(target)
+            hasher.combine(method)
+            for (name, value) in headers {
+                hasher.combine(name)
+                hasher.combine(value)
+            }
+        }
+    }
+
+    // A Mutex although each memo is used by one thread: it makes the memo Sendable, and an
+    // uncontended lock costs a few instructions.
+    private let recipes = Mutex<[Probe: Recipe]>([:])
+
+    /// The recipe for this request, if the same request was prepared under the same route and session.
+    func recipe(for incoming: IncomingRequest, route: PreparedRequest.Route, session: SessionTokens?) -> Recipe? {
+        guard Self.eligible(incoming) else { return nil }
+        let probe = Probe(method: incoming.method, target: incoming.target, headers: incoming.headers)
+        guard let recipe = recipes.withLock({ $0[probe] }), recipe.config === route.config, recipe.environment == route.environment,
+              recipe.session == session else {
+            return nil
+        }
+        return recipe
+    }
+
+    func remember(_ incoming: IncomingRequest, route: PreparedRequest.Route, session: SessionTokens?, key: String, endpoint: EndpointPolicy) {
+        guard Self.eligible(incoming) else { return }
+        let probe = Probe(method: incoming.method, target: incoming.target, headers: incoming.headers)
+        let recipe = Recipe(config: route.config, environment: route.environment, session: session, key: key, endpoint: endpoint)
+        recipes.withLock { recipes in
+            if recipes.count >= Self.capacity { recipes.removeAll(keepingCapacity: true) }
+            recipes[probe] = recipe
+        }
+    }
+
+    var count: Int { recipes.withLock { $0.count } }
+
+    private static func eligible(_ incoming: IncomingRequest) -> Bool {
+        guard !incoming.isSubRequest, incoming.target.utf8.count <= maxProbeBytes else { return false }
+        if case .buffered(let body) = incoming.body, body.readableBytes > 0 { return false }
+        if case .stream = incoming.body { return false }
+        var bytes = 0
+        for (name, value) in incoming.headers { bytes += name.utf8.count + value.utf8.count }
+        return bytes <= maxProbeBytes
+    }
+}
+
+/// One ``HitMemo`` per thread for one pipeline: the event loops each use their own.
+final class HitMemos: Sendable {
+    private let perThread = ThreadSpecificVariable<HitMemo>()
+
+    var current: HitMemo {
+        if let memo = perThread.currentValue { return memo }
+        let memo = HitMemo()
+        perThread.currentValue = memo
+        return memo
+    }
+}
