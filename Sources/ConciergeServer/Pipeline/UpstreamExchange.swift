@@ -39,6 +39,8 @@ struct UpstreamExchange: Sendable {
     let health: UpstreamHealth
     let logger: Logger
     var stats: ProxyStats { lifecycle.stats }
+    /// Reply headers Concierge sets itself (the length of the body it writes; no `Server`).
+    private static let replacedInReplies = ["content-length", "server"]
 
     /// The token in use, the replays made and the upstream time spent so far.
     struct Attempt: Sendable {
@@ -106,7 +108,7 @@ struct UpstreamExchange: Sendable {
 
     /// Steps 9–11 for one upstream reply.
     private func judge(_ response: UpstreamResponse, _ p: PreparedRequest, _ attempt: Attempt) async -> Step {
-        let headers = UpstreamClient.endToEnd(response.headers, dropping: ["content-length", "server"])
+        let headers = UpstreamClient.endToEnd(response.headers, dropping: Self.replacedInReplies)
         var upstreamAnswer = attempt.answer(ProxyReply(status: response.status, headers: headers, body: .buffer(response.body)), p)
         if let stale = attempt.token, p.config.config.session.refreshOnStatus.contains(response.status) {
             // An expiry signal by HTTP status (OAuth2's 401): renew and replay.

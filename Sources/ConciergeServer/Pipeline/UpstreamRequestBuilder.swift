@@ -8,7 +8,7 @@ import NIOHTTP1
 /// added.
 enum UpstreamRequestBuilder {
     /// Headers of the client's request never forwarded as they were.
-    private static let replaced: Set<String> = ["host", "content-length", "x-concierge-cache", "expect"]
+    private static let replaced = ["host", "content-length", "x-concierge-cache", "expect"]
 
     static func build(_ p: PreparedRequest, token: String?, logger: Logger) -> UpstreamRequest {
         var request = p.request

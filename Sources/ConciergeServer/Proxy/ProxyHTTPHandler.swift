@@ -277,12 +277,14 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
                 let written = await ResponseWriter.write(answer.reply, version: version, keepAlive: keepAlive, isHead: isHead, to: channel)
                 responder.log(incoming, answer, started: started)
                 let reusable = keepAlive && written
-                channel.eventLoop.execute {
+                let finish = {
                     let (handler, context) = loopBound.value
                     let next = handler.machine.replyFinished(request: id, keepAlive: reusable, now: context.eventLoop.now)
                     handler.execute(next, context: context)
                     handler.resumeAfterReply(context: context)
                 }
+                // The work usually runs on the connection's loop already (its task executor).
+                if channel.eventLoop.inEventLoop { finish() } else { channel.eventLoop.execute(finish) }
             } onCancel: {
                 // The listener's grace period is over: closing the connection fails the reply's
                 // pending writes and ends a streamed body, so the work returns promptly.

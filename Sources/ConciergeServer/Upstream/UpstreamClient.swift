@@ -54,8 +54,9 @@ public final class UpstreamClient: Sendable {
     public let http: HTTPClient
 
     /// Headers that belong to one connection, never forwarded (RFC 9110 §7.6.1).
-    static let hopByHop: Set<String> = ["connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding",
-                                        "upgrade", "proxy-authenticate", "proxy-authorization"]
+    /// Lowercase.
+    static let hopByHop = ["connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding",
+                           "upgrade", "proxy-authenticate", "proxy-authorization"]
 
     public init(eventLoopGroup: any EventLoopGroup) {
         var configuration = HTTPClient.Configuration()
@@ -152,18 +153,27 @@ public final class UpstreamClient: Sendable {
         return r
     }
 
-    /// Copies end-to-end headers, dropping hop-by-hop ones and those `Connection` names.
-    static func endToEnd(_ headers: HTTPHeaders, dropping extra: Set<String> = []) -> HTTPHeaders {
-        var named = Set<String>()
+    /// Copies end-to-end headers, dropping hop-by-hop ones, those `Connection` names and
+    /// `extra` (lowercase names). Runs twice per exchange: names are compared by bytes,
+    /// ignoring ASCII case, without lowercased copies or sets.
+    static func endToEnd(_ headers: HTTPHeaders, dropping extra: [String] = []) -> HTTPHeaders {
+        var named: [String] = []
         for value in headers["connection"] {
-            for token in value.split(separator: ",") { named.insert(token.trimmingCharacters(in: .whitespaces).lowercased()) }
+            for token in value.split(separator: ",") { named.append(token.trimmingCharacters(in: .whitespaces).lowercased()) }
         }
         var out = HTTPHeaders()
+        out.reserveCapacity(headers.count)
         for (name, value) in headers {
-            let lower = name.lowercased()
-            if hopByHop.contains(lower) || named.contains(lower) || extra.contains(lower) { continue }
-            out.add(name: name, value: value)
+            let dropped = hopByHop.contains { equalsLowercase(name, $0) } || extra.contains { equalsLowercase(name, $0) }
+                || named.contains { equalsLowercase(name, $0) }
+            if !dropped { out.add(name: name, value: value) }
         }
         return out
+    }
+
+    /// Whether `name` equals `lower` (lowercase ASCII), ignoring ASCII case.
+    static func equalsLowercase(_ name: String, _ lower: String) -> Bool {
+        guard name.utf8.count == lower.utf8.count else { return false }
+        return zip(name.utf8, lower.utf8).allSatisfy { ((0x41...0x5A).contains($0) ? $0 | 0x20 : $0) == $1 }
     }
 }
