@@ -107,6 +107,40 @@ struct ProxyHTTPHandlerTests {
         connection.finish()
     }
 
+    @Test("a connection's asynchronous requests share one lane; closing the connection ends it")
+    func oneLanePerConnection() throws {
+        let connection = try EmbeddedProxyConnection()
+        for target in ["/slow/one", "/slow/two"] {
+            try connection.send("GET \(target) HTTP/1.1\r\n" + Self.host + "\r\n")
+            #expect(connection.responder.waiting == [target])
+            connection.responder.answer(target, with: "answer \(target)")
+            connection.settle()
+            #expect(try connection.written().hasSuffix("answer \(target)"))
+            #expect(connection.openLanes == 1)
+        }
+        _ = try? connection.channel.close().wait()
+        connection.settle()
+        #expect(connection.openLanes == 0)
+        connection.finish()
+    }
+
+    @Test("an idle kept-alive connection holds no work once the listener stops taking work; its next request is 503")
+    func idleLaneEndsAtShutdown() throws {
+        let connection = try EmbeddedProxyConnection()
+        try connection.send("GET /slow/one HTTP/1.1\r\n" + Self.host + "\r\n")
+        connection.responder.answer("/slow/one", with: "answer one")
+        connection.settle()
+        #expect(try connection.written().hasSuffix("answer one"))
+        #expect(connection.isActive)
+        connection.stopTakingWork()
+        #expect(connection.workDone, "the idle connection's lane ended with the listener's work loop")
+        #expect(connection.openLanes == 0)
+        try connection.send("GET /slow/late HTTP/1.1\r\n" + Self.host + "\r\n")
+        #expect(try connection.written().hasPrefix("HTTP/1.1 503 Service Unavailable\r\n"))
+        #expect(!connection.isActive)
+        connection.finish()
+    }
+
     @Test("a request after the listener stopped taking work is 503, and the connection closes")
     func shuttingDown() throws {
         let connection = try EmbeddedProxyConnection()
@@ -176,6 +210,12 @@ final class EmbeddedProxyConnection {
     }
 
     var isActive: Bool { channel.isActive }
+
+    /// The listener's work loop returned.
+    var workDone: Bool { worker.done.withLock { $0 } }
+
+    /// Connection lanes whose task has not ended.
+    var openLanes: Int { requests.openLanes }
 
     /// As the listener does at shutdown: no more work is taken.
     func stopTakingWork() {

@@ -10,18 +10,27 @@ final class MissCoalescer<Result: Sendable>: Sendable {
     private let waiters = Mutex<[String: [CheckedContinuation<Result?, Never>]]>([:])
 
     func run(key: String, _ work: @Sendable () async -> Result) async -> Result {
-        let shared: Result? = await withCheckedContinuation { continuation in
-            let joined = waiters.withLock { map -> Bool in
-                if map[key] != nil {
+        // The usual case, no one on this key: lead without suspending.
+        let leads = waiters.withLock { map -> Bool in
+            guard map[key] == nil else { return false }
+            map[key] = []
+            return true
+        }
+        if !leads {
+            let shared: Result? = await withCheckedContinuation { continuation in
+                let joined = waiters.withLock { map -> Bool in
+                    guard map[key] != nil else {
+                        // The leader finished meanwhile: lead.
+                        map[key] = []
+                        return false
+                    }
                     map[key]!.append(continuation)
                     return true
                 }
-                map[key] = []
-                return false
+                if !joined { continuation.resume(returning: nil) }
             }
-            if !joined { continuation.resume(returning: nil) }
+            if let shared { return shared }
         }
-        if let shared { return shared }
         let result = await work()
         let parked = waiters.withLock { $0.removeValue(forKey: key) ?? [] }
         for waiter in parked { waiter.resume(returning: result) }

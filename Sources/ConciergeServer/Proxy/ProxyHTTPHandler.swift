@@ -8,8 +8,8 @@ import NIOHTTP1
 /// Runs on the connection's event loop. The head checks of docs/hardening.md are
 /// ``RequestHeadCheck``'s; the states, limits and timeouts are the machine's. A fresh hot-tier
 /// hit is answered right here from the stored buffer, with no task; any other request becomes
-/// a ``RequestWork`` item that runs as a child task of ``ProxyListener/run()`` and writes its
-/// whole reply back through the channel. A streamed body that breaks aborts the upstream
+/// work on the connection's ``ConnectionLane`` (a child task of ``ProxyListener/run()`` on this
+/// loop) that writes its whole reply back through the channel. A streamed body that breaks aborts the upstream
 /// request (its stream throws) and is answered 400/408.
 ///
 /// Pipelining is the handler's own (NIO's pipelining handler is not installed, so a hit can be
@@ -25,6 +25,8 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
     private let requests: RequestWorkQueue
     /// The connection's event loop as the executor its request work prefers.
     private var executor: EventLoopTaskExecutor?
+    /// Where the connection's request work runs, opened with its first asynchronous request.
+    private var lane: ConnectionLane?
     private var machine: ProxyConnectionStateMachine
     /// Ticks the machine's header and body deadlines; one repeated task per connection, so a
     /// request costs a timestamp, not a timer.
@@ -66,6 +68,9 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
     func channelInactive(context: ChannelHandlerContext) {
         deadlineTimer?.cancel()
         deadlineTimer = nil
+        // The request running (if any) still finishes; then the lane's task ends.
+        lane?.finish()
+        lane = nil
         execute(machine.channelInactive(), context: context)
         context.fireChannelInactive()
     }
@@ -250,7 +255,8 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
     private func submit(_ request: ProxyConnectionStateMachine.Request, _ incoming: IncomingRequest, prepared: ProxyPipeline.Preparation?,
                         bodyOutcome: ClientBodyOutcome?, context: ChannelHandlerContext) {
         let work = requestWork(request, incoming, prepared: prepared, bodyOutcome: bodyOutcome, context: context)
-        if !requests.submit(work) {
+        if lane == nil, context.channel.isActive { lane = requests.openLane(executor: work.executor) }
+        if lane?.submit(work.run) != true {
             streamedBody = nil
             execute(machine.workRefused(request), context: context)
         }

@@ -8,9 +8,9 @@ import ServiceLifecycle
 /// shutdown, then stops accepting and lets the requests in flight finish within
 /// `limits.shutdown_grace`.
 ///
-/// Every request that is not answered synchronously on its event loop runs as a child task
-/// of ``run()``'s task group (through a ``RequestWorkQueue``), its whole reply included, so
-/// the shutdown waits for exactly that work: no counting, no polling.
+/// Every request that is not answered synchronously on its event loop runs inside a child task
+/// of ``run()``'s task group (its connection's lane, through a ``RequestWorkQueue``), its whole
+/// reply included, so the shutdown waits for exactly that work: no counting, no polling.
 struct ProxyListener: Service {
     let context: ProxyServerContext
     /// The address to bind (`listen.proxy`); port 0 lets the kernel choose.

@@ -1,3 +1,5 @@
+import Synchronization
+
 /// One request's asynchronous work: the pipeline call and the writing of the whole reply,
 /// streamed bodies included, and the executor it prefers (its connection's event loop).
 struct RequestWork: Sendable {
@@ -6,14 +8,30 @@ struct RequestWork: Sendable {
 }
 
 /// Hands request work from the connections (on their event loops) to the task group of
-/// ``ProxyListener/run()``, so every request runs as a child task of the listener and a
+/// ``ProxyListener/run()``, so every request runs inside a child task of the listener and a
 /// graceful shutdown waits for whole replies without counting them.
+///
+/// A connection's requests go through its ``ConnectionLane``: one child task per connection
+/// (started with its first asynchronous request, on the connection's loop) runs them in turn.
+/// The next request then reaches its task on that same loop, without a hop through this
+/// queue's consumer on another thread and a new task each time.
 struct RequestWorkQueue: Sendable {
     private let stream: AsyncStream<RequestWork>
     private let continuation: AsyncStream<RequestWork>.Continuation
+    private let lanes: Registry
+
+    /// The open lanes, finished together at shutdown.
+    private final class Registry: Sendable {
+        struct State {
+            var finished = false
+            var open: [ObjectIdentifier: ConnectionLane] = [:]
+        }
+        let state = Mutex(State())
+    }
 
     init() {
         (stream, continuation) = AsyncStream.makeStream(of: RequestWork.self)
+        lanes = Registry()
     }
 
     /// Queues `work`; `false` once the queue is finished (the listener is shutting down).
@@ -22,8 +40,39 @@ struct RequestWorkQueue: Sendable {
         return false
     }
 
-    /// Takes no more work; ``run()`` still runs what was queued.
+    /// A lane for one connection's requests, running as a child task that prefers `executor`;
+    /// `nil` once the queue is finished.
+    func openLane(executor: (any TaskExecutor)?) -> ConnectionLane? {
+        let lane = ConnectionLane()
+        let id = ObjectIdentifier(lane)
+        let registered = lanes.state.withLock { state in
+            guard !state.finished else { return false }
+            state.open[id] = lane
+            return true
+        }
+        guard registered else { return nil }
+        let lanes = self.lanes
+        let started = submit(RequestWork(executor: executor) {
+            await lane.run()
+            _ = lanes.state.withLock { $0.open.removeValue(forKey: id) }
+        })
+        guard started else {
+            _ = lanes.state.withLock { $0.open.removeValue(forKey: id) }
+            return nil
+        }
+        return lane
+    }
+
+    /// Lanes whose task has not ended yet.
+    var openLanes: Int { lanes.state.withLock { $0.open.count } }
+
+    /// Takes no more work; ``run()`` still runs what was queued, and each lane what it was given.
     func finish() {
+        let open = lanes.state.withLock { state in
+            state.finished = true
+            return Array(state.open.values)
+        }
+        for lane in open { lane.finish() }
         continuation.finish()
     }
 
@@ -37,5 +86,33 @@ struct RequestWorkQueue: Sendable {
                 group.addTask(executorPreference: work.executor) { await work.run() }
             }
         }
+    }
+}
+
+/// One connection's request work, run in order by one task. The connection submits a request
+/// once the previous reply is out (replies go out one at a time), and finishes the lane when it
+/// closes; the queue finishes every lane at shutdown.
+final class ConnectionLane: Sendable {
+    private let stream: AsyncStream<@Sendable () async -> Void>
+    private let continuation: AsyncStream<@Sendable () async -> Void>.Continuation
+
+    init() {
+        (stream, continuation) = AsyncStream.makeStream(of: (@Sendable () async -> Void).self)
+    }
+
+    /// Queues one request's work; `false` once the lane is finished.
+    func submit(_ work: @escaping @Sendable () async -> Void) -> Bool {
+        if case .enqueued = continuation.yield(work) { return true }
+        return false
+    }
+
+    /// Takes no more work; what was queued still runs.
+    func finish() {
+        continuation.finish()
+    }
+
+    /// Runs the queued work in order until the lane is finished, or the task is cancelled.
+    fileprivate func run() async {
+        for await work in stream { await work() }
     }
 }
