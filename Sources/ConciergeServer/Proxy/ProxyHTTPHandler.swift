@@ -228,8 +228,8 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
     }
 
     private func replySynchronously(_ answer: ProxyAnswer, to request: ProxyConnectionStateMachine.Request, _ incoming: IncomingRequest,
-                                     context: ChannelHandlerContext) {
-        let keepAlive = request.head.isKeepAlive
+                                     keepAlive: Bool? = nil, context: ChannelHandlerContext) {
+        let keepAlive = keepAlive ?? request.head.isKeepAlive
         // Before the write: its `.end` may deliver the next pipelined request right away.
         let next = machine.replyFinished(request: request.id, keepAlive: keepAlive, now: context.eventLoop.now)
         write(answer.reply, version: request.head.version, isHead: request.head.method == .HEAD, keepAlive: keepAlive, context: context)
@@ -280,6 +280,13 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
                     answer.reply = failure.reply
                     keepAlive = false
                 }
+                if case .buffer = answer.reply.body, channel.eventLoop.inEventLoop {
+                    // On the connection's loop (the work's executor): written as a fast answer
+                    // is, with no wait for the flush.
+                    let (handler, context) = loopBound.value
+                    handler.replySynchronously(answer, to: request, incoming, keepAlive: keepAlive, context: context)
+                    return
+                }
                 let written = await ResponseWriter.write(answer.reply, version: version, keepAlive: keepAlive, isHead: isHead, to: channel)
                 responder.log(incoming, answer, started: started)
                 let reusable = keepAlive && written
@@ -289,7 +296,6 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
                     handler.execute(next, context: context)
                     handler.resumeAfterReply(context: context)
                 }
-                // The work usually runs on the connection's loop already (its task executor).
                 if channel.eventLoop.inEventLoop { finish() } else { channel.eventLoop.execute(finish) }
             } onCancel: {
                 // The listener's grace period is over: closing the connection fails the reply's
@@ -301,7 +307,8 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
 
     // MARK: - Writing on the event loop
 
-    /// Writes a buffered reply synchronously (fast hits and local answers).
+    /// Writes a buffered reply synchronously (fast hits, local answers, and the buffered replies
+    /// of request work running on this loop).
     private func write(_ reply: ProxyReply, version: HTTPVersion, isHead: Bool, keepAlive: Bool, context: ChannelHandlerContext) {
         guard case .buffer(let body) = reply.body else { return }
         var responseHead = HTTPResponseHead(version: version, status: HTTPResponseStatus(statusCode: reply.status), headers: reply.headers)
