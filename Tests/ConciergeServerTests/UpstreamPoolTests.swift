@@ -21,13 +21,20 @@ struct UpstreamPoolTests {
     /// A pool on a group of one event loop, shut down (with the group) after `body`.
     func withPool(maxConnections: Int = 16, idleTimeout: TimeAmount = .seconds(60),
                   _ body: (UpstreamConnectionPool) async throws -> Void) async throws {
-        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        try await withPool(loops: 1, maxConnections: maxConnections, idleTimeout: idleTimeout) { pool, _ in try await body(pool) }
+    }
+
+    /// A pool on a group of `loops` event loops, shut down (with the group) after `body`, which
+    /// is given the group's loops too.
+    func withPool(loops count: Int, maxConnections: Int = 16, idleTimeout: TimeAmount = .seconds(60),
+                  _ body: (UpstreamConnectionPool, [any EventLoop]) async throws -> Void) async throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: count)
         var configuration = UpstreamConnectionPool.Configuration()
         configuration.maxConnectionsPerOrigin = maxConnections
         configuration.idleTimeout = idleTimeout
         let pool = UpstreamConnectionPool(group: group, configuration: configuration)
         do {
-            try await body(pool)
+            try await body(pool, Array(group.makeIterator()))
         } catch {
             await pool.shutdown()
             try? await group.shutdownGracefully()
@@ -202,18 +209,7 @@ struct UpstreamPoolTests {
 
     @Test("a caller on one of the group's loops uses that loop's pool; preferredEventLoop names one; else the loops take turns")
     func loopChoice() async throws {
-        let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
-        let loops = Array(group.makeIterator())
-        let pool = UpstreamConnectionPool(group: group)
-        do {
-            try await loopChoice(pool, loops)
-        } catch {
-            await pool.shutdown()
-            try? await group.shutdownGracefully()
-            throw error
-        }
-        await pool.shutdown()
-        try await group.shutdownGracefully()
+        try await withPool(loops: 2) { pool, loops in try await self.loopChoice(pool, loops) }
     }
 
     func loopChoice(_ pool: UpstreamConnectionPool, _ loops: [any EventLoop]) async throws {
