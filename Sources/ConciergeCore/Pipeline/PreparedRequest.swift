@@ -113,29 +113,9 @@ public struct PreparedRequest: Sendable {
     /// request, so by bytes, without building strings.
     static func bypasses(_ headers: HTTPHeaders) -> Bool {
         for (name, value) in headers {
-            if equalsIgnoringCase(name, "cache-control"), containsIgnoringCase(value, "no-cache") { return true }
-            if equalsIgnoringCase(name, "x-concierge-cache"), equalsIgnoringCase(value, "bypass") { return true }
+            if ASCIICase.equals(name, lowercase: "cache-control"), ASCIICase.contains(value, lowercase: "no-cache") { return true }
+            if ASCIICase.equals(name, lowercase: "x-concierge-cache"), ASCIICase.equals(value, lowercase: "bypass") { return true }
         }
         return false
-    }
-
-    /// ASCII case-insensitive equality; `lower` is lowercase.
-    private static func equalsIgnoringCase(_ text: String, _ lower: StaticString) -> Bool {
-        let needle = UnsafeBufferPointer(start: lower.utf8Start, count: lower.utf8CodeUnitCount)
-        return text.utf8.count == needle.count && zip(text.utf8, needle).allSatisfy { lowered($0) == $1 }
-    }
-
-    /// Whether `text` contains `lower` (lowercase ASCII), ignoring ASCII case.
-    private static func containsIgnoringCase(_ text: String, _ lower: StaticString) -> Bool {
-        let needle = UnsafeBufferPointer(start: lower.utf8Start, count: lower.utf8CodeUnitCount)
-        let bytes = Array(text.utf8)
-        guard bytes.count >= needle.count else { return false }
-        return (0...(bytes.count - needle.count)).contains { start in
-            needle.indices.allSatisfy { lowered(bytes[start + $0]) == needle[$0] }
-        }
-    }
-
-    private static func lowered(_ byte: UInt8) -> UInt8 {
-        (0x41...0x5A).contains(byte) ? byte | 0x20 : byte
     }
 }

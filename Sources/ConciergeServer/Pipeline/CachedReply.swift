@@ -10,7 +10,7 @@ enum CachedReply {
         var headers = HTTPHeaders()
         var upstreamAge = 0
         for (name, value) in entry.headers {
-            if name.lowercased() == "age" {
+            if ASCIICase.equals(name, lowercase: "age") {
                 upstreamAge = Int(value.trimmingCharacters(in: .whitespaces)) ?? 0
                 continue
             }
@@ -64,7 +64,7 @@ extension CachedReply {
         var upstreamAge = 0
         var text = "HTTP/1.1 \(entry.status) \(HTTPResponseStatus(statusCode: entry.status).reasonPhrase)\r\n"
         for (name, value) in entry.headers {
-            if name.lowercased() == "age" {
+            if ASCIICase.equals(name, lowercase: "age") {
                 upstreamAge = Int(value.trimmingCharacters(in: .whitespaces)) ?? 0
                 continue
             }

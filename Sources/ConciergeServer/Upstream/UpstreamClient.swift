@@ -164,16 +164,11 @@ public final class UpstreamClient: Sendable {
         var out = HTTPHeaders()
         out.reserveCapacity(headers.count)
         for (name, value) in headers {
-            let dropped = hopByHop.contains { equalsLowercase(name, $0) } || extra.contains { equalsLowercase(name, $0) }
-                || named.contains { equalsLowercase(name, $0) }
-            if !dropped { out.add(name: name, value: value) }
+            let isName = { (lowercase: String) in ASCIICase.equals(name, lowercase: lowercase) }
+            if !hopByHop.contains(where: isName), !extra.contains(where: isName), !named.contains(where: isName) {
+                out.add(name: name, value: value)
+            }
         }
         return out
-    }
-
-    /// Whether `name` equals `lower` (lowercase ASCII), ignoring ASCII case.
-    static func equalsLowercase(_ name: String, _ lower: String) -> Bool {
-        guard name.utf8.count == lower.utf8.count else { return false }
-        return zip(name.utf8, lower.utf8).allSatisfy { ((0x41...0x5A).contains($0) ? $0 | 0x20 : $0) == $1 }
     }
 }

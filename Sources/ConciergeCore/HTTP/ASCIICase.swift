@@ -1,0 +1,26 @@
+/// Case-insensitive comparison in ASCII only, by bytes, without lowercased copies: how HTTP
+/// compares field names and tokens (RFC 9110 §5.1). For code that runs on every request.
+public enum ASCIICase {
+    /// `byte` lowered when it is an ASCII capital letter; any other byte unchanged.
+    @inlinable
+    public static func lowered(_ byte: UInt8) -> UInt8 {
+        (0x41...0x5A).contains(byte) ? byte | 0x20 : byte
+    }
+
+    /// Whether `text` equals `lowercase` (lowercase ASCII), ignoring ASCII case.
+    public static func equals(_ text: String, lowercase: String) -> Bool {
+        text.utf8.count == lowercase.utf8.count && zip(text.utf8, lowercase.utf8).allSatisfy { lowered($0) == $1 }
+    }
+
+    /// Whether `text` contains `lowercase` (lowercase ASCII), ignoring ASCII case.
+    public static func contains(_ text: String, lowercase: String) -> Bool {
+        let (haystack, needle) = (Array(text.utf8), Array(lowercase.utf8))
+        guard haystack.count >= needle.count else { return false }
+        for start in 0..<(haystack.count - needle.count + 1) {
+            var matched = 0
+            while matched < needle.count, lowered(haystack[start + matched]) == needle[matched] { matched += 1 }
+            if matched == needle.count { return true }
+        }
+        return false
+    }
+}
