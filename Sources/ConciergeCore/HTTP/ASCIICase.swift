@@ -8,6 +8,7 @@ public enum ASCIICase {
     }
 
     /// Whether `text` equals `lowercase` (lowercase ASCII), ignoring ASCII case.
+    @inlinable
     public static func equals(_ text: String, lowercase: String) -> Bool {
         text.utf8.count == lowercase.utf8.count && zip(text.utf8, lowercase.utf8).allSatisfy { lowered($0) == $1 }
     }

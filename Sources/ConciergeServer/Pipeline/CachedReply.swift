@@ -62,16 +62,27 @@ extension CachedReply {
     /// enters the hot tier.
     @Sendable static func encodeHead(_ entry: CacheEntry) -> EncodedHead? {
         var upstreamAge = 0
-        var text = "HTTP/1.1 \(entry.status) \(HTTPResponseStatus(statusCode: entry.status).reasonPhrase)\r\n"
+        var bytes = ByteBuffer()
+        bytes.reserveCapacity(256)
+        bytes.writeStaticString("HTTP/1.1 ")
+        bytes.writeString(String(entry.status))
+        bytes.writeStaticString(" ")
+        bytes.writeString(HTTPResponseStatus(statusCode: entry.status).reasonPhrase)
+        bytes.writeStaticString("\r\n")
         for (name, value) in entry.headers {
             if ASCIICase.equals(name, lowercase: "age") {
                 upstreamAge = Int(value.trimmingCharacters(in: .whitespaces)) ?? 0
                 continue
             }
-            text += "\(name): \(value)\r\n"
+            bytes.writeString(name)
+            bytes.writeStaticString(": ")
+            bytes.writeString(value)
+            bytes.writeStaticString("\r\n")
         }
-        text += "X-Cache: HIT\r\nContent-Length: \(entry.body.readableBytes)\r\n"
-        return EncodedHead(bytes: ByteBuffer(string: text), upstreamAge: max(0, upstreamAge))
+        bytes.writeStaticString("X-Cache: HIT\r\nContent-Length: ")
+        bytes.writeString(String(entry.body.readableBytes))
+        bytes.writeStaticString("\r\n")
+        return EncodedHead(bytes: bytes, upstreamAge: max(0, upstreamAge))
     }
 
     /// A fresh entry's hit as ready bytes, when the entry has an encoded head and the endpoint

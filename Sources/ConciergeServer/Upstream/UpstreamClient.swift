@@ -54,9 +54,21 @@ public final class UpstreamClient: Sendable {
     public let http: HTTPClient
 
     /// Headers that belong to one connection, never forwarded (RFC 9110 §7.6.1).
-    /// Lowercase.
-    static let hopByHop = ["connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding",
-                           "upgrade", "proxy-authenticate", "proxy-authorization"]
+    /// Hop-by-hop fields (RFC 9110 §7.6.1), and the proxy ones: told apart by their length
+    /// first, as most names have none of these lengths.
+    static func isHopByHop(_ name: String) -> Bool {
+        func named(_ lowercase: String) -> Bool { ASCIICase.equals(name, lowercase: lowercase) }
+        switch name.utf8.count {
+        case 2: return named("te")
+        case 7: return named("trailer") || named("upgrade")
+        case 10: return named("connection") || named("keep-alive")
+        case 16: return named("proxy-connection")
+        case 17: return named("transfer-encoding")
+        case 18: return named("proxy-authenticate")
+        case 19: return named("proxy-authorization")
+        default: return false
+        }
+    }
 
     public init(eventLoopGroup: any EventLoopGroup) {
         var configuration = HTTPClient.Configuration()
@@ -164,10 +176,11 @@ public final class UpstreamClient: Sendable {
         var out = HTTPHeaders()
         out.reserveCapacity(headers.count)
         for (name, value) in headers {
-            let isName = { (lowercase: String) in ASCIICase.equals(name, lowercase: lowercase) }
-            if !hopByHop.contains(where: isName), !extra.contains(where: isName), !named.contains(where: isName) {
-                out.add(name: name, value: value)
+            let length = name.utf8.count
+            func among(_ lowercase: [String]) -> Bool {
+                lowercase.contains { $0.utf8.count == length && ASCIICase.equals(name, lowercase: $0) }
             }
+            if !isHopByHop(name), !among(extra), !among(named) { out.add(name: name, value: value) }
         }
         return out
     }
