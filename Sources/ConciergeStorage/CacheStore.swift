@@ -348,8 +348,11 @@ public final class CacheStore: Sendable {
                 for op in batch {
                     switch op {
                     case .put(let e):
-                        self.presence.withLock { _ = $0.insert(KeyHash.of(e.key)) }
-                        if let old = try Row.fetchOne(sizeOf, arguments: [e.key]),
+                        // A key the presence set did not know has no row, unless an invalidation
+                        // left rows for the background delete (doomed): then look.
+                        let known = !self.presence.withLock { $0.insert(KeyHash.of(e.key)).inserted }
+                        let mayHaveRow = known || !self.doomed.withLock { $0.isEmpty }
+                        if mayHaveRow, let old = try Row.fetchOne(sizeOf, arguments: [e.key]),
                            !self.doomed.withLock({ $0.remove(old["rowid"] as Int64) != nil }) {
                             delta.bytes -= old["size"] as Int
                         } else {

@@ -134,6 +134,44 @@ struct CacheStoreTests {
         try await fixture.finish()
     }
 
+    @Test("an overwrite after a restart replaces the stored row: the counts do not grow")
+    func overwriteAfterRestart() async throws {
+        let dir = try TempDirectory()
+        defer { dir.remove() }
+        let path = dir.path("cache.sqlite")
+        do {
+            let fixture = try StoreFixture(path: path)
+            fixture.store.store(makeEntry(key: "a", size: 1000))
+            try await fixture.flush()
+            try await fixture.finish()
+        }
+        let reopened = try StoreFixture(path: path)
+        reopened.store.store(makeEntry(key: "a", size: 1500))
+        reopened.store.store(makeEntry(key: "b", size: 2000))
+        try await reopened.flush()
+        #expect(reopened.store.entryCount == 2)
+        #expect(reopened.store.byteCount == 3500)
+        try await reopened.finish()
+    }
+
+    @Test("a key stored again while a large invalidation's rows wait for the background delete is counted once and kept")
+    func restoredWhileDoomed() async throws {
+        let dir = try TempDirectory()
+        defer { dir.remove() }
+        let fixture = try StoreFixture(path: dir.path("cache.sqlite"))
+        let store = fixture.store
+        let count = CacheStore.inlineDeleteLimit + 10
+        for i in 0..<count { store.store(makeEntry(key: "k\(i)", size: 100)) }
+        try await fixture.flush()
+        #expect(try await bounded("invalidate") { try await store.invalidate(.pattern("^k")) } == count)
+        store.store(makeEntry(key: "k0", size: 300))
+        try await fixture.flush()
+        #expect(store.entryCount == 1)
+        #expect(store.byteCount == 300)
+        #expect(try await storedKeys(store).contains("k0"))
+        try await fixture.finish()
+    }
+
     // MARK: Invalidation
 
     static let invalidationCases: [(String, InvalidationCriteria, Int, Set<String>)] = [
