@@ -352,8 +352,8 @@ public final class CacheStore: Sendable {
                         // left rows for the background delete (doomed): then look.
                         let known = !self.presence.withLock { $0.insert(KeyHash.of(e.key)).inserted }
                         let mayHaveRow = known || !self.doomed.withLock { $0.isEmpty }
-                        if mayHaveRow, let old = try Row.fetchOne(sizeOf, arguments: [e.key]),
-                           !self.doomed.withLock({ $0.remove(old["rowid"] as Int64) != nil }) {
+                        let old = mayHaveRow ? try Row.fetchOne(sizeOf, arguments: [e.key]) : nil
+                        if let old, !self.doomed.withLock({ $0.remove(old["rowid"] as Int64) != nil }) {
                             delta.bytes -= old["size"] as Int
                         } else {
                             // New, or replacing a row already counted out by an invalidation.
@@ -364,6 +364,12 @@ public final class CacheStore: Sendable {
                         let body = e.body.withUnsafeReadableBytes { Data($0) }
                         try upsert.execute(arguments: [e.key, e.endpoint, e.userID, e.status, e.storedAt, e.ttl, e.staleWhileRevalidate,
                                                        e.staleIfError, e.usableUntil, e.version, e.size, now, headers, body])
+                        if old == nil {
+                            // A new row can take the rowid of a deleted row still marked doomed
+                            // (SQLite reuses the largest rowid): the new row is not doomed.
+                            let rowid = db.lastInsertedRowID
+                            self.doomed.withLock { doomed in if !doomed.isEmpty { doomed.remove(rowid) } }
+                        }
                         results.append(.success(0))
                     case .invalidate(let criteria, let regex, _):
                         let (n, b) = try self.delete(db, criteria, regex)
