@@ -15,7 +15,7 @@ import Synchronization
 ///   beyond that requests wait in line (at most ``Configuration/maxWaitingPerOrigin``, then
 ///   ``UpstreamFailure/unreachable(_:)``).
 /// - `request.timeout` bounds the whole exchange (waiting, connecting, sending, reading):
-///   past it the connection in use is closed and the request fails with
+///   past it (within ``Configuration/sweepInterval``) the connection in use is closed and the request fails with
 ///   ``UpstreamFailure/timeout``. A failed connect is ``UpstreamFailure/unreachable(_:)``;
 ///   a body over `maxBody` is ``UpstreamFailure/tooLarge`` (the connection is closed).
 /// - Connections idle past ``Configuration/idleTimeout`` are closed; one the upstream closes
@@ -31,6 +31,10 @@ public final class UpstreamConnectionPool: Sendable {
         public var idleTimeout: TimeAmount = .seconds(60)
         /// The longest a connect may take, whatever time the request has left.
         public var connectTimeout: TimeAmount = .seconds(5)
+        /// How often a loop's pool checks request deadlines and idle connections while it has
+        /// any (one timer per loop, not one per request): how late past its deadline a request
+        /// may fail, or past the idle timeout a connection may close.
+        public var sweepInterval: TimeAmount = .milliseconds(50)
 
         public init() {}
     }

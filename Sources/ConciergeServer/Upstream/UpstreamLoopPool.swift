@@ -15,7 +15,6 @@ struct PendingExchange: Sendable {
     let promise: EventLoopPromise<UpstreamResponse>
     /// Set when the caller's task is cancelled (possibly before the exchange reached the loop).
     let cancellation: CancellationFlag
-    var timer: Scheduled<Void>?
     var retried = false
 
     /// Methods that may be sent twice (RFC 9110 §9.2.2) when a reused connection turns out
@@ -24,7 +23,9 @@ struct PendingExchange: Sendable {
 }
 
 /// The upstream connections of one event loop, per origin: drives an ``UpstreamPoolState``
-/// per origin with real channels, timers and promises.
+/// per origin with real channels and promises. Request deadlines and idle connections are
+/// checked by one sweep every ``UpstreamConnectionPool/Configuration/sweepInterval`` while
+/// there are any: a request costs a timestamp, not a timer.
 ///
 /// - Important: Confined to `eventLoop`; every method runs there. The channels it opens run
 ///   on the same loop, so handing a reply over needs no thread hop.
@@ -37,7 +38,8 @@ final class UpstreamLoopPool {
         let key: UpstreamOrigin
         var state: UpstreamPoolState
         var connections: [ConnectionID: UpstreamConnection] = [:]
-        var idleTimers: [ConnectionID: Scheduled<Void>] = [:]
+        /// When each idle connection became idle.
+        var idleSince: [ConnectionID: NIODeadline] = [:]
 
         init(key: UpstreamOrigin, limits: UpstreamPoolState.Limits) {
             self.key = key
@@ -51,6 +53,8 @@ final class UpstreamLoopPool {
     private var origins: [UpstreamOrigin: Origin] = [:]
     private var exchanges: [RequestID: PendingExchange] = [:]
     private var isShutDown = false
+    /// The next sweep, while there are requests or idle connections to watch.
+    private var sweep: Scheduled<Void>?
 
     init(eventLoop: any EventLoop, configuration: UpstreamConnectionPool.Configuration, tls: UpstreamTLSContexts) {
         self.eventLoop = eventLoop
@@ -68,11 +72,9 @@ final class UpstreamLoopPool {
             exchange.promise.fail(isShutDown ? UpstreamFailure.unreachable("upstream connection pool shut down") : UpstreamFailure.unreachable("cancelled"))
             return
         }
-        var exchange = exchange
-        let id = exchange.id
-        exchange.timer = eventLoop.assumeIsolated().scheduleTask(deadline: exchange.deadline) { [self] in giveUp(id, .timeout) }
-        exchanges[id] = exchange
-        lease(id, origin(exchange.origin))
+        exchanges[exchange.id] = exchange
+        watch()
+        lease(exchange.id, origin(exchange.origin))
     }
 
     /// The request's deadline passed or its task was cancelled: answer it with `failure`
@@ -109,14 +111,15 @@ final class UpstreamLoopPool {
         switch handoff {
         case .execute(let id, let connection): execute(id, on: connection, in: origin)
         case .connect(let connection, let id): connect(connection, for: id, in: origin)
-        case .idle(let connection): startIdleTimer(connection, in: origin)
+        case .idle(let connection):
+            origin.idleSince[connection] = .now()
+            watch()
         case nil: break
         }
     }
 
     private func finish(_ id: RequestID, _ result: Result<UpstreamResponse, UpstreamFailure>) {
         guard let exchange = exchanges.removeValue(forKey: id) else { return }
-        exchange.timer?.cancel()
         switch result {
         case .success(let response): exchange.promise.succeed(response)
         case .failure(let failure): exchange.promise.fail(failure)
@@ -173,7 +176,7 @@ final class UpstreamLoopPool {
     }
 
     private func execute(_ id: RequestID, on connection: ConnectionID, in origin: Origin) {
-        origin.idleTimers.removeValue(forKey: connection)?.cancel()
+        origin.idleSince[connection] = nil
         // Neither is expected (a request that gives up is withdrawn first; a connection's
         // handler leaves with its place), but neither may strand the other.
         guard let exchange = exchanges[id] else {
@@ -217,20 +220,39 @@ final class UpstreamLoopPool {
     /// Forgets a connection (closed, failed, not reusable) and gives its place to the next
     /// request. Safe to call more than once.
     private func remove(_ connection: ConnectionID, from origin: Origin, retrying: RequestID? = nil) {
-        origin.idleTimers.removeValue(forKey: connection)?.cancel()
+        origin.idleSince[connection] = nil
         origin.connections[connection] = nil
         perform(origin.state.removed(connection, retrying: retrying).next, in: origin)
     }
 
-    private func startIdleTimer(_ connection: ConnectionID, in origin: Origin) {
-        origin.idleTimers[connection]?.cancel()
-        origin.idleTimers[connection] = eventLoop.assumeIsolated().scheduleTask(in: configuration.idleTimeout) { [self] in
-            origin.idleTimers[connection] = nil
-            guard origin.state.isIdle(connection) else { return }
-            let handler = origin.connections[connection]
-            remove(connection, from: origin)
-            handler?.close()
+    // MARK: Sweep
+
+    /// Schedules the next sweep unless one is scheduled.
+    private func watch() {
+        guard sweep == nil, !isShutDown else { return }
+        sweep = eventLoop.assumeIsolated().scheduleTask(in: configuration.sweepInterval) { [self] in
+            sweep = nil
+            sweepNow()
         }
+    }
+
+    /// Fails the requests past their deadline, closes the connections idle past the idle
+    /// timeout; watches on while anything is left.
+    private func sweepNow() {
+        let now = NIODeadline.now()
+        let late = exchanges.values.filter { $0.deadline <= now }.map(\.id)
+        for id in late { giveUp(id, .timeout) }
+        for origin in origins.values {
+            let expired = origin.idleSince.filter { now - $0.value >= configuration.idleTimeout }.map(\.key)
+            for connection in expired {
+                origin.idleSince[connection] = nil
+                guard origin.state.isIdle(connection) else { continue }
+                let handler = origin.connections[connection]
+                remove(connection, from: origin)
+                handler?.close()
+            }
+        }
+        if !exchanges.isEmpty || origins.values.contains(where: { !$0.idleSince.isEmpty }) { watch() }
     }
 
     // MARK: Shutdown
@@ -239,11 +261,12 @@ final class UpstreamLoopPool {
     /// completes once the open ones are closed.
     func shutdown() -> EventLoopFuture<Void> {
         isShutDown = true
+        sweep?.cancel()
+        sweep = nil
         var closing: [EventLoopFuture<Void>] = []
         for origin in origins.values {
             _ = origin.state.drain()
-            for timer in origin.idleTimers.values { timer.cancel() }
-            origin.idleTimers.removeAll()
+            origin.idleSince.removeAll()
             for handler in origin.connections.values {
                 if let closed = handler.closeFuture { closing.append(closed) }
                 handler.abandon()

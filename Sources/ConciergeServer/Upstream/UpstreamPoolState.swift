@@ -40,7 +40,7 @@ struct UpstreamPoolState {
     enum Handoff: Equatable {
         case execute(RequestID, on: ConnectionID)
         case connect(ConnectionID, for: RequestID)
-        /// No one waits: the connection idles (and its idle timer starts).
+        /// No one waits: the connection idles (from now on, for the idle timeout).
         case idle(ConnectionID)
     }
 
