@@ -173,6 +173,23 @@ struct AdminRouterTests {
         await fixture.finish()
     }
 
+    @Test("the Bearer scheme is matched in any case, before one or more spaces; another scheme or no space is 401")
+    func bearerScheme() async throws {
+        let fixture = try AdminRouterFixture()
+        let token = AdminRouterFixture.token
+        try await fixture.test { client in
+            for value in ["bearer \(token)", "BEARER \(token)", "Bearer   \(token)"] {
+                let reply = try await client.executeRequest(uri: "/stats", method: .get, headers: [.authorization: value], body: nil)
+                #expect(reply.status == .ok, "\(value)")
+            }
+            for value in ["Bearer\(token)", "Basic \(token)", "Bearer ", "Bearer", "Bearerx \(token)", token] {
+                let reply = try await client.executeRequest(uri: "/stats", method: .get, headers: [.authorization: value], body: nil)
+                #expect(reply.status == .unauthorized, "\(value)")
+            }
+        }
+        await fixture.finish()
+    }
+
     @Test("a foreign Host is refused with 403 before authentication, on every route; loopback and upstream hosts are answered")
     func hostCheck() async throws {
         let fixture = try AdminRouterFixture()

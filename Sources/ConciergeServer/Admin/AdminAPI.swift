@@ -178,9 +178,8 @@ struct AdminAuthMiddleware<Context: RequestContext>: RouterMiddleware {
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         if request.uri.path == "/health" || request.uri.path == "/openapi.yaml" { return try await next(request, context) }
-        let header = request.headers[.authorization] ?? ""
-        let prefix = "Bearer "
-        guard header.hasPrefix(prefix), Self.constantTimeEquals(Array(header.utf8.dropFirst(prefix.utf8.count)), token) else {
+        guard let credentials = Self.bearerCredentials(request.headers[.authorization] ?? ""),
+              Self.constantTimeEquals(credentials, token) else {
             return Response(status: .unauthorized, headers: [.contentType: "application/json", .wwwAuthenticate: "Bearer"],
                             body: .init(byteBuffer: ByteBuffer(string: #"{"error":"missing or invalid admin token"}"#)))
         }
@@ -190,6 +189,17 @@ struct AdminAuthMiddleware<Context: RequestContext>: RouterMiddleware {
             return Response(status: error.status, headers: [.contentType: "application/json"],
                             body: .init(byteBuffer: ByteBuffer(bytes: JSONValue.object(["error": .string(error.body ?? "\(error.status)")]).serializedBytes)))
         }
+    }
+
+    /// The credentials of `Bearer <credentials>`: the scheme in any case (RFC 9110 §11.1),
+    /// then one or more spaces; `nil` for another scheme or none.
+    static func bearerCredentials(_ header: String) -> [UInt8]? {
+        let bytes = Array(header.utf8)
+        let scheme = Array("bearer".utf8)
+        guard bytes.count > scheme.count, bytes[scheme.count] == UInt8(ascii: " "),
+              zip(bytes, scheme).allSatisfy({ ASCIICase.lowered($0) == $1 }) else { return nil }
+        let start = bytes[scheme.count...].firstIndex { $0 != UInt8(ascii: " ") } ?? bytes.count
+        return Array(bytes[start...])
     }
 
     /// Time depends only on the lengths, never on where the first difference is.
