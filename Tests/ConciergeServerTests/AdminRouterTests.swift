@@ -48,12 +48,13 @@ final class AdminRouterFixture: Sendable {
         var isDegraded: Bool { degraded.load(ordering: .relaxed) }
     }
 
-    init() throws {
+    /// - Parameter yaml: the configuration (storage path added).
+    init(yaml: String = AdminRouterFixture.yaml) throws {
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("concierge-admin-router-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let logger = Logger(label: "admin-router") { _ in SwiftLogNoOpLogHandler() }
         let path = "\(directory.path)/concierge.sqlite"
-        runtime = Runtime(config: try ConfigLoader.parse(yaml: Self.yaml + "\nstorage:\n  path: \(path)\n"))
+        runtime = Runtime(config: try ConfigLoader.parse(yaml: yaml + "\nstorage:\n  path: \(path)\n"))
         let database = try StorageDatabase(path: path, logger: logger)
         let cache = try CacheStore(database: database, maxBytes: 64 << 20, memoryBytes: 8 << 20, logger: logger)
         let session = try SessionState(store: SessionStore(database: database), logger: logger)
@@ -301,6 +302,26 @@ struct AdminRouterTests {
         }
         #expect(try await fixture.keys() == ["GET http://upstream.test/items v=1"])
         #expect(fixture.stats.value(.invalidations) == 0)
+        await fixture.finish()
+    }
+
+    @Test("with session.app_token, PUT /session sets the app token (kind app, no user), and GET /session shows it")
+    func putAppToken() async throws {
+        let yaml = AdminRouterFixture.yaml
+            + "\nsession:\n  inject: [{ query: access_token }]\n  app_token: { path: /cgi-bin/token, access_token: access_token }\n"
+        let fixture = try AdminRouterFixture(yaml: yaml)
+        try await fixture.test { client in
+            #expect(try await client.admin(.get, "/session").json == ["logged_in": false, "kind": "app", "expires_at": nil])
+            let set = try await client.admin(.put, "/session", json: ["access_token": "app-token-1234", "user_id": 42])
+            #expect(set.status == 200)
+            #expect(set.json?[path: "logged_in"] == true)
+            #expect(set.json?[path: "kind"] == "app")
+            #expect(set.json?[path: "user_id"] == .null)
+            #expect(try await client.admin(.get, "/session").json == set.json)
+        }
+        #expect(fixture.session.current?.kind == .app)
+        #expect(fixture.session.current?.accessToken == "app-token-1234")
+        #expect(fixture.session.current?.userID == nil)
         await fixture.finish()
     }
 

@@ -107,7 +107,10 @@ struct AdminAPI: Sendable {
               [nil, .null].contains(f["user_id"]) || f["user_id"]?.stringValue != nil || f["user_id"]?.typeName == "number" else {
             return error(.badRequest, "body must be {\"access_token\": STRING, \"refresh_token\": STRING, \"user_id\": STRING or NUMBER}")
         }
-        let tokens = SessionTokens(accessToken: access, refreshToken: f["refresh_token"]?.stringValue, userID: f["user_id"].flatMap { $0 == .null ? nil : $0.parameterText })
+        // With `session.app_token` the tokens set by hand are the app token (no user).
+        let kind = control.runtime.current.config.session.kind
+        let user = kind == .app ? nil : f["user_id"].flatMap { $0 == .null ? nil : $0.parameterText }
+        let tokens = SessionTokens(accessToken: access, refreshToken: f["refresh_token"]?.stringValue, userID: user, kind: kind)
         try await control.session.set(tokens)
         control.events.publish("session.login", ["user": tokens.userID.map(JSONValue.string) ?? .null])
         return json(control.sessionDescription())
