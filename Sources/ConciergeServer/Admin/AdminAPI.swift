@@ -111,8 +111,7 @@ struct AdminAPI: Sendable {
         let kind = control.runtime.current.config.session.kind
         let user = kind == .app ? nil : f["user_id"].flatMap { $0 == .null ? nil : $0.parameterText }
         let tokens = SessionTokens(accessToken: access, refreshToken: f["refresh_token"]?.stringValue, userID: user, kind: kind)
-        try await control.session.set(tokens)
-        control.events.publish("session.login", ["user": tokens.userID.map(JSONValue.string) ?? .null])
+        try await control.lifecycle.login(byHand: tokens)
         return json(control.sessionDescription())
     }
 

@@ -3,8 +3,8 @@ import ConciergeStorage
 import Foundation
 import Logging
 
-/// The one owner of the session's side effects: a login captured from a reply, a token
-/// renewed by the refresher, and the one way a session ends (a logout code, a warning code
+/// The one owner of the session's side effects: a login captured from a reply or set by hand,
+/// a token renewed by the refresher, and the one way a session ends (a logout code, a warning code
 /// with `logout`, a failed refresh, the admin API). Each stores the change, logs it, counts
 /// it and publishes its event; nothing else writes the session.
 struct SessionLifecycle: Sendable {
@@ -34,6 +34,14 @@ struct SessionLifecycle: Sendable {
         } catch {
             logger.error("could not store the session", metadata: ["error": "\(error)"])
         }
+    }
+
+    /// Stores tokens set by hand (the admin API's `PUT /session`).
+    func login(byHand tokens: SessionTokens) async throws {
+        try await session.set(tokens)
+        logger.info("session set by hand", metadata: ["user": "\(tokens.userID ?? "-")", "kind": "\(tokens.kind.rawValue)",
+                                                      "access_token": "\(TokenMask.mask(tokens.accessToken))"])
+        events.publish("session.login", ["user": tokens.userID.map(JSONValue.string) ?? .null])
     }
 
     /// Stores renewed tokens unless the session changed since `generation` (a logout or a
