@@ -9,8 +9,8 @@ import NIOHTTP1
 /// ``RequestHeadCheck``'s; the states, limits and timeouts are the machine's. A fresh hot-tier
 /// hit is answered right here from the stored buffer, with no task; any other request becomes
 /// work on the connection's ``ConnectionLane`` (a child task of ``ProxyListener/run()`` on this
-/// loop) that writes its whole reply back through the channel. A streamed body that breaks aborts the upstream
-/// request (its stream throws) and is answered 400/408.
+/// loop) that writes its whole reply back through the channel. A streamed body that breaks
+/// aborts the upstream request (its stream throws) and is answered 400/408.
 ///
 /// Pipelining is the handler's own (NIO's pipelining handler is not installed, so a hit can be
 /// written as ready bytes below the response encoder): while a request is being answered,
