@@ -24,8 +24,8 @@ need_cmds() {
 ensure_release_build() {
     RELEASE_DIR=${RELEASE_DIR:-$BENCH_REPO/.build/release}
     if [ "${SKIP_BUILD:-0}" != 1 ]; then
-        log "swift build -c release (concierge, concierge-sample-api): ~5 min on 2 cores from scratch"
-        (cd "$BENCH_REPO" && swift build -c release --product concierge >&2 && swift build -c release --product concierge-sample-api >&2)
+        log "make build (release concierge, concierge-sample-api, the Makefile's RELEASE_FLAGS): ~5 min on 2 cores from scratch"
+        make -C "$BENCH_REPO" build >&2
     fi
     CONCIERGE_BIN=$RELEASE_DIR/concierge
     SAMPLE_BIN=$RELEASE_DIR/concierge-sample-api
