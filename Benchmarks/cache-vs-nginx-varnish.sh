@@ -4,8 +4,8 @@
 #   Benchmarks/cache-vs-nginx-varnish.sh
 #   SKIP_BUILD=1 RELEASE_DIR=.build/release DURATION=2s Benchmarks/cache-vs-nginx-varnish.sh   # quick check
 #
-# Builds the release binaries first (swift build -c release: ~5 min on 2 cores from
-# scratch; SKIP_BUILD=1 RELEASE_DIR=dir uses binaries already built), installs nginx, varnish
+# Builds the release binaries first (make build, with the Makefile's RELEASE_FLAGS: ~5 min
+# on 2 cores from scratch; SKIP_BUILD=1 RELEASE_DIR=dir uses binaries already built), installs nginx, varnish
 # and wrk with apt-get when missing, starts one sample API and the three caches in front of
 # it, all configured as users run them:
 #   Concierge  storage.memory_bytes 64MB, SQLite file in the work dir, ttl 1h;

@@ -13,6 +13,12 @@ public enum ASCIICase {
         text.utf8.count == lowercase.utf8.count && zip(text.utf8, lowercase.utf8).allSatisfy { lowered($0) == $1 }
     }
 
+    /// Whether `a` equals `b`, both in any case, ignoring ASCII case.
+    @inlinable
+    public static func equals(_ a: String, _ b: String) -> Bool {
+        a.utf8.count == b.utf8.count && zip(a.utf8, b.utf8).allSatisfy { lowered($0) == lowered($1) }
+    }
+
     /// Whether `text` contains `lowercase` (lowercase ASCII), ignoring ASCII case.
     public static func contains(_ text: String, lowercase: String) -> Bool {
         let (haystack, needle) = (Array(text.utf8), Array(lowercase.utf8))

@@ -7,8 +7,9 @@ import NIOHTTP1
 /// the signature added, the client's end-to-end headers kept, `X-Forwarded-For` and `Via`
 /// added.
 enum UpstreamRequestBuilder {
-    /// Headers of the client's request never forwarded as they were.
-    private static let replaced = ["host", "content-length", "x-concierge-cache", "expect"]
+    /// Headers of the client's request never forwarded as they were (`X-Forwarded-For` and
+    /// `Via` go up extended).
+    private static let replaced = ["host", "content-length", "x-concierge-cache", "expect", "x-forwarded-for", "via"]
 
     static func build(_ p: PreparedRequest, token: String?, logger: Logger) -> UpstreamRequest {
         var request = p.request
@@ -21,12 +22,15 @@ enum UpstreamRequestBuilder {
         // Re-apply the rewritten fields (common headers, injected header token).
         let injectedNames = p.config.injector.headerNames
         for (name, value) in request.headers
-        where !p.originalHeaders.contains(name: name) || injectedNames.contains(where: { $0.caseInsensitiveCompare(name) == .orderedSame }) {
+        where !p.originalHeaders.contains(name: name) || injectedNames.contains(where: { ASCIICase.equals($0, name) }) {
             headers.replaceOrAdd(name: name, value: value)
         }
-        let forwardedFor = [p.originalHeaders.first(name: "x-forwarded-for"), p.clientAddress].compactMap { $0 }.joined(separator: ", ")
-        if !forwardedFor.isEmpty { headers.replaceOrAdd(name: "X-Forwarded-For", value: forwardedFor) }
-        headers.replaceOrAdd(name: "Via", value: p.originalHeaders.first(name: "via").map { "\($0), 1.1 concierge" } ?? "1.1 concierge")
+        switch (p.originalHeaders.first(name: "x-forwarded-for"), p.clientAddress) {
+        case (let earlier?, let client?): headers.add(name: "X-Forwarded-For", value: "\(earlier), \(client)")
+        case (let only?, nil), (nil, let only?): headers.add(name: "X-Forwarded-For", value: only)
+        case (nil, nil): break
+        }
+        headers.add(name: "Via", value: p.originalHeaders.first(name: "via").map { "\($0), 1.1 concierge" } ?? "1.1 concierge")
         var body: UpstreamRequest.Body = .none
         let bytes = request.body.bytes
         if !bytes.isEmpty {

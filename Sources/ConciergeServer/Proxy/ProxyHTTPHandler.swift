@@ -230,7 +230,7 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
     private func replySynchronously(_ answer: ProxyAnswer, to request: ProxyConnectionStateMachine.Request, _ incoming: IncomingRequest,
                                      keepAlive: Bool? = nil, context: ChannelHandlerContext) {
         let keepAlive = keepAlive ?? request.head.isKeepAlive
-        // Before the write: its `.end` may deliver the next pipelined request right away.
+        // Before the write, as a reply's end may deliver the next pipelined request right away.
         let next = machine.replyFinished(request: request.id, keepAlive: keepAlive, now: context.eventLoop.now)
         write(answer.reply, version: request.head.version, isHead: request.head.method == .HEAD, keepAlive: keepAlive, context: context)
         responder.log(incoming, answer, started: request.started)
@@ -290,7 +290,7 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
                 let written = await ResponseWriter.write(answer.reply, version: version, keepAlive: keepAlive, isHead: isHead, to: channel)
                 responder.log(incoming, answer, started: started)
                 let reusable = keepAlive && written
-                let finish = {
+                let finish: @Sendable () -> Void = {
                     let (handler, context) = loopBound.value
                     let next = handler.machine.replyFinished(request: id, keepAlive: reusable, now: context.eventLoop.now)
                     handler.execute(next, context: context)
@@ -308,17 +308,37 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
     // MARK: - Writing on the event loop
 
     /// Writes a buffered reply synchronously (fast hits, local answers, and the buffered replies
-    /// of request work running on this loop).
+    /// of request work running on this loop), as bytes below the response encoder, as hits
+    /// are: the status line, the reply's headers with its own `Content-Length` (and
+    /// `Connection: close` when the connection ends) in place of theirs, the body; one flush.
     private func write(_ reply: ProxyReply, version: HTTPVersion, isHead: Bool, keepAlive: Bool, context: ChannelHandlerContext) {
-        guard case .buffer(let body) = reply.body else { return }
-        var responseHead = HTTPResponseHead(version: version, status: HTTPResponseStatus(statusCode: reply.status), headers: reply.headers)
-        responseHead.headers.replaceOrAdd(name: "Content-Length", value: String(body.readableBytes))
-        if !keepAlive { responseHead.headers.replaceOrAdd(name: "Connection", value: "close") }
-        context.write(wrapOutboundOut(.head(responseHead)), promise: nil)
-        if !isHead, body.readableBytes > 0 {
-            context.write(wrapOutboundOut(.body(.byteBuffer(body))), promise: nil)
+        guard case .buffer(let body) = reply.body, let encoder = encoderContext else { return }
+        var head = context.channel.allocator.buffer(capacity: 256)
+        head.writeStaticString("HTTP/")
+        head.writeString(String(version.major))
+        head.writeStaticString(".")
+        head.writeString(String(version.minor))
+        head.writeStaticString(" ")
+        head.writeString(String(reply.status))
+        head.writeStaticString(" ")
+        head.writeString(HTTPResponseStatus(statusCode: reply.status).reasonPhrase)
+        head.writeStaticString("\r\n")
+        for (name, value) in reply.headers
+        where !ASCIICase.equals(name, lowercase: "content-length") && (keepAlive || !ASCIICase.equals(name, lowercase: "connection")) {
+            head.writeString(name)
+            head.writeStaticString(": ")
+            head.writeString(value)
+            head.writeStaticString("\r\n")
         }
-        context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+        head.writeStaticString("Content-Length: ")
+        head.writeString(String(body.readableBytes))
+        head.writeStaticString(keepAlive ? "\r\n\r\n" : "\r\nConnection: close\r\n\r\n")
+        if isHead || body.readableBytes == 0 {
+            encoder.writeAndFlush(NIOAny(head), promise: nil)
+        } else {
+            encoder.write(NIOAny(head), promise: nil)
+            encoder.writeAndFlush(NIOAny(body), promise: nil)
+        }
     }
 
     /// 408 for a head that never completed: no request to answer through the HTTP layers, so

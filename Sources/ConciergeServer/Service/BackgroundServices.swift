@@ -88,7 +88,7 @@ struct ReloadSignalService: Service {
 
     func run() async throws {
         let signals = await UnixSignalsSequence(trapping: .sighup)
-        try? await cancelWhenGracefulShutdown {
+        await cancelWhenGracefulShutdown {
             for await _ in signals {
                 _ = await daemon.reload()
             }

@@ -170,18 +170,20 @@ public final class UpstreamClient: Sendable {
     /// ignoring ASCII case, without lowercased copies or sets.
     static func endToEnd(_ headers: HTTPHeaders, dropping extra: [String] = []) -> HTTPHeaders {
         var named: [String] = []
-        for value in headers["connection"] {
+        for (name, value) in headers where ASCIICase.equals(name, lowercase: "connection") {
             for token in value.split(separator: ",") { named.append(token.trimmingCharacters(in: .whitespaces).lowercased()) }
         }
         var out = HTTPHeaders()
         out.reserveCapacity(headers.count)
-        for (name, value) in headers {
-            let length = name.utf8.count
-            func among(_ lowercase: [String]) -> Bool {
-                lowercase.contains { $0.utf8.count == length && ASCIICase.equals(name, lowercase: $0) }
-            }
-            if !isHopByHop(name), !among(extra), !among(named) { out.add(name: name, value: value) }
+        for (name, value) in headers where !isHopByHop(name) && !listed(name, in: extra) && !listed(name, in: named) {
+            out.add(name: name, value: value)
         }
         return out
+    }
+
+    /// Whether `name` is one of `lowercase` (lowercase names), ignoring ASCII case.
+    private static func listed(_ name: String, in lowercase: [String]) -> Bool {
+        for candidate in lowercase where ASCIICase.equals(name, lowercase: candidate) { return true }
+        return false
     }
 }
