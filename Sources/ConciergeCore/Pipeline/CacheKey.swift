@@ -11,7 +11,10 @@ public enum CacheKey {
     ///   - excluding: volatile param names and the injected-token names.
     public static func make(method: String, upstreamBaseURL: String, path: String, params: [Param],
                             excluding: Set<String>, userID: String?, version: Int) -> String {
-        var key = method
+        var key = ""
+        key.reserveCapacity(method.utf8.count + upstreamBaseURL.utf8.count + path.utf8.count + 16
+                            + params.reduce(0) { $0 + $1.name.utf8.count + $1.value.utf8.count + 2 } + (userID?.utf8.count ?? 0))
+        key += method
         key += " "
         key += upstreamBaseURL
         key += path

@@ -3,16 +3,37 @@ public enum QueryString {
     /// Splits `a=1&b=x%20y` into decoded pairs (`+` is a space, as in forms).
     public static func parse(_ text: String) -> [Param] {
         guard !text.isEmpty else { return [] }
-        var out: [Param] = []
-        // Byte by byte (`&` and `=` are ASCII): every cacheable request parses its query.
-        for piece in text.utf8.split(separator: UInt8(ascii: "&"), omittingEmptySubsequences: true) {
-            if let eq = piece.firstIndex(of: UInt8(ascii: "=")) {
-                out.append(Param(decode(Substring(piece[..<eq])), decode(Substring(piece[piece.index(after: eq)...]))))
-            } else {
-                out.append(Param(decode(Substring(piece)), ""))
+        var text = text
+        // One pass over the bytes (`&` and `=` are ASCII): every cacheable request parses its query.
+        return text.withUTF8 { bytes in
+            var out: [Param] = []
+            var start = 0
+            while start < bytes.count {
+                var end = start
+                var eq: Int?
+                while end < bytes.count, bytes[end] != UInt8(ascii: "&") {
+                    if eq == nil, bytes[end] == UInt8(ascii: "=") { eq = end }
+                    end += 1
+                }
+                if end > start {
+                    if let eq {
+                        out.append(Param(decode(bytes[start..<eq]), decode(bytes[(eq + 1)..<end])))
+                    } else {
+                        out.append(Param(decode(bytes[start..<end]), ""))
+                    }
+                }
+                start = end + 1
             }
+            return out
         }
-        return out
+    }
+
+    /// ``decode(_:)`` of a piece of a valid UTF-8 text cut at ASCII delimiters.
+    private static func decode(_ piece: Slice<UnsafeBufferPointer<UInt8>>) -> String {
+        guard piece.contains(where: { $0 == UInt8(ascii: "%") || $0 == UInt8(ascii: "+") }) else {
+            return String(decoding: piece, as: UTF8.self)
+        }
+        return decode(String(decoding: piece, as: UTF8.self))
     }
 
     /// Joins pairs as `k=v&k=v`, each side percent-encoded per RFC 3986, in the given order.
@@ -91,6 +112,7 @@ public enum QueryString {
             a.0 != b.0 ? a.0.utf8.lexicographicallyPrecedes(b.0.utf8) : a.1.utf8.lexicographicallyPrecedes(b.1.utf8)
         }
         var out = ""
+        out.reserveCapacity(pairs.reduce(0) { $0 + $1.0.utf8.count + $1.1.utf8.count + 2 })
         for (i, pair) in pairs.enumerated() {
             if i > 0 { out += "&" }
             out += pair.0

@@ -218,9 +218,16 @@ struct UpstreamExchange: Sendable {
     /// Headers kept with a stored entry. The upstream's `Date` and `Age` stay: a cached
     /// reply carries that `Date` and an `Age` that adds the upstream's (see ``CachedReply``).
     static func storedHeaders(_ headers: HTTPHeaders) -> HTTPHeaders {
-        let skip: Set<String> = ["set-cookie", "x-cache", "cache-status", "x-concierge-replays", "content-length"]
-        return HTTPHeaders(headers.filter { !skip.contains($0.name.lowercased()) })
+        var kept = HTTPHeaders()
+        kept.reserveCapacity(headers.count)
+        for (name, value) in headers where !notStored.contains(where: { ASCIICase.equals(name, lowercase: $0) }) {
+            kept.add(name: name, value: value)
+        }
+        return kept
     }
+
+    /// Reply headers never stored (lowercase).
+    private static let notStored = ["set-cookie", "x-cache", "cache-status", "x-concierge-replays", "content-length"]
 
     /// Whether a reply may be stored and served to any client: not encoded (despite
     /// ``UpstreamRequestBuilder/askForIdentity(_:)``), and varying on nothing but
