@@ -11,25 +11,24 @@ public enum CacheKey {
     ///   - excluding: volatile param names and the injected-token names.
     public static func make(method: String, upstreamBaseURL: String, path: String, params: [Param],
                             excluding: Set<String>, userID: String?, version: Int) -> String {
-        var key = ""
-        key.reserveCapacity(method.utf8.count + upstreamBaseURL.utf8.count + path.utf8.count + 16
-                            + params.reduce(0) { $0 + $1.name.utf8.count + $1.value.utf8.count + 2 } + (userID?.utf8.count ?? 0))
-        key += method
-        key += " "
-        key += upstreamBaseURL
-        key += path
+        var key = TextBuilder(capacity: method.utf8.count + upstreamBaseURL.utf8.count + path.utf8.count + 16
+                              + params.reduce(0) { $0 + $1.name.utf8.count + $1.value.utf8.count + 2 } + (userID?.utf8.count ?? 0))
+        key.append(method)
+        key.append(" " as StaticString)
+        key.append(upstreamBaseURL)
+        key.append(path)
         let kept = excluding.isEmpty ? params : params.filter { !excluding.contains($0.name) }
         if !kept.isEmpty {
-            key += "?"
-            key += QueryString.canonical(kept)
+            key.append("?" as StaticString)
+            key.append(QueryString.canonical(kept))
         }
         if let userID {
-            key += " user="
-            key += QueryString.percentEncode(userID)
+            key.append(" user=" as StaticString)
+            key.append(QueryString.percentEncode(userID))
         }
-        key += " v="
-        key += String(version)
-        return key
+        key.append(" v=" as StaticString)
+        key.append(version)
+        return key.text
     }
 }
 

@@ -122,7 +122,13 @@ public struct ProxyRequest: Sendable {
 
     /// Path and re-encoded query as sent upstream.
     public var target: String {
-        query.isEmpty ? path : "\(path)?\(QueryString.encode(query))"
+        guard !query.isEmpty else { return path }
+        let encoded = QueryString.encode(query)
+        var target = TextBuilder(capacity: path.utf8.count + 1 + encoded.utf8.count)
+        target.append(path)
+        target.append("?" as StaticString)
+        target.append(encoded)
+        return target.text
     }
 
     /// Whether parameters go in the query (GET/HEAD/DELETE or an opaque body) or the body.

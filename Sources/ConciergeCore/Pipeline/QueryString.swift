@@ -38,7 +38,14 @@ public enum QueryString {
 
     /// Joins pairs as `k=v&k=v`, each side percent-encoded per RFC 3986, in the given order.
     public static func encode(_ params: [Param]) -> String {
-        params.map { "\(percentEncode($0.name))=\(percentEncode($0.value))" }.joined(separator: "&")
+        var out = TextBuilder(capacity: params.reduce(0) { $0 + $1.name.utf8.count + $1.value.utf8.count + 2 })
+        for (i, param) in params.enumerated() {
+            if i > 0 { out.append("&" as StaticString) }
+            out.append(percentEncode(param.name))
+            out.append("=" as StaticString)
+            out.append(percentEncode(param.value))
+        }
+        return out.text
     }
 
     /// Percent-decodes, treating `+` as a space; malformed escapes are kept literally.
@@ -111,14 +118,13 @@ public enum QueryString {
         let pairs = params.map { (percentEncode($0.name), percentEncode($0.value)) }.sorted { a, b in
             a.0 != b.0 ? a.0.utf8.lexicographicallyPrecedes(b.0.utf8) : a.1.utf8.lexicographicallyPrecedes(b.1.utf8)
         }
-        var out = ""
-        out.reserveCapacity(pairs.reduce(0) { $0 + $1.0.utf8.count + $1.1.utf8.count + 2 })
+        var out = TextBuilder(capacity: pairs.reduce(0) { $0 + $1.0.utf8.count + $1.1.utf8.count + 2 })
         for (i, pair) in pairs.enumerated() {
-            if i > 0 { out += "&" }
-            out += pair.0
-            out += "="
-            out += pair.1
+            if i > 0 { out.append("&" as StaticString) }
+            out.append(pair.0)
+            out.append("=" as StaticString)
+            out.append(pair.1)
         }
-        return out
+        return out.text
     }
 }
