@@ -66,6 +66,12 @@ public enum JSONValue: Sendable, Hashable {
 
     static func writeString(_ s: String, into out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
+        defer { out.append(UInt8(ascii: "\"")) }
+        // Most strings need no escape: one copy instead of a byte at a time.
+        guard s.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else {
+            out.append(contentsOf: s.utf8)
+            return
+        }
         for byte in s.utf8 {
             switch byte {
             case UInt8(ascii: "\""): out.append(contentsOf: "\\\"".utf8)
@@ -81,7 +87,6 @@ public enum JSONValue: Sendable, Hashable {
             default: out.append(byte)
             }
         }
-        out.append(UInt8(ascii: "\""))
     }
 
     /// The value at a dotted path (`data.result.id`); array elements by index (`data.list.0`).

@@ -8,9 +8,8 @@ enum RequestHeadCheck {
     /// origin form and drops underscored header names, in place.
     static func refusal(_ head: inout HTTPRequestHead, config: RuntimeConfig, responder: some ProxyResponder) -> ProxyReply? {
         let limits = config.config.limits
-        var headerBytes = head.uri.utf8.count
-        for (name, value) in head.headers { headerBytes += name.utf8.count + value.utf8.count + 4 }
-        if headerBytes > limits.maxHeaderBytes {
+        let fields = Fields(head)
+        if fields.headerBytes > limits.maxHeaderBytes {
             return .error(431, "request header block larger than \(limits.maxHeaderBytes) bytes")
         }
         switch head.method {
@@ -18,22 +17,47 @@ enum RequestHeadCheck {
         case .TRACE: return .error(405, "TRACE is not supported")
         default: break
         }
-        if case .unsupported(let codings) = TransferCoding.of(head.headers["transfer-encoding"]) {
+        if case .unsupported(let codings) = TransferCoding.of(fields.transferEncoding) {
             return .error(501, "transfer coding '\(HTTPFieldSyntax.printable(codings))' is not supported (only a final chunked)")
         }
-        if let refusal = targetRefusal(&head, config: config, responder: responder) { return refusal }
-        if let expectation = head.headers.first(name: "expect"), expectation.lowercased() != "100-continue" {
+        if let refusal = targetRefusal(&head, hostFields: fields.host, config: config, responder: responder) { return refusal }
+        if let expectation = fields.expect, expectation.lowercased() != "100-continue" {
             return .error(417, "unsupported expectation")
         }
-        if !limits.underscoresInHeaders {
+        if fields.underscored, !limits.underscoresInHeaders {
             let underscored = Set(head.headers.map(\.name).filter { $0.utf8.contains(UInt8(ascii: "_")) })
             for name in underscored { head.headers.remove(name: name) }
         }
         return nil
     }
 
+    /// What the checks read from the header block, gathered in one pass (this runs on every
+    /// request, hits included).
+    private struct Fields {
+        var headerBytes: Int
+        var host: [String] = []
+        var transferEncoding: [String] = []
+        var expect: String?
+        var underscored = false
+
+        init(_ head: HTTPRequestHead) {
+            headerBytes = head.uri.utf8.count
+            for (name, value) in head.headers {
+                headerBytes += name.utf8.count + value.utf8.count + 4
+                switch name.utf8.count {
+                case 4 where ASCIICase.equals(name, lowercase: "host"): host.append(value)
+                case 6 where ASCIICase.equals(name, lowercase: "expect"): expect = expect ?? value
+                case 17 where ASCIICase.equals(name, lowercase: "transfer-encoding"): transferEncoding.append(value)
+                default: break
+                }
+                if !underscored, name.utf8.contains(UInt8(ascii: "_")) { underscored = true }
+            }
+        }
+    }
+
     /// The target's form and, unless an absolute-form target named the host, the `Host` field.
-    private static func targetRefusal(_ head: inout HTTPRequestHead, config: RuntimeConfig, responder: some ProxyResponder) -> ProxyReply? {
+    private static func targetRefusal(_ head: inout HTTPRequestHead, hostFields: [String], config: RuntimeConfig,
+                                      responder: some ProxyResponder) -> ProxyReply? {
         if head.uri == "*" {
             guard head.method == .OPTIONS else { return .error(400, "the asterisk target is for OPTIONS only") }
         } else if !head.uri.hasPrefix("/") {
@@ -44,7 +68,7 @@ enum RequestHeadCheck {
             head.uri = origin
             return nil
         }
-        let verdict = config.hostPolicy.verdict(hostFields: head.headers["host"], requiresHost: head.version.major > 1 || head.version.minor >= 1)
+        let verdict = config.hostPolicy.verdict(hostFields: hostFields, requiresHost: head.version.major > 1 || head.version.minor >= 1)
         switch verdict {
         case .allowed: return nil
         case .malformed(let why): return .error(400, why)

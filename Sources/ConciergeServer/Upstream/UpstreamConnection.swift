@@ -1,3 +1,4 @@
+import ConciergeCore
 import NIOCore
 import NIOHTTP1
 import NIOSSL
@@ -52,7 +53,10 @@ final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
             completion(.failed(.unreachable("upstream connection closed"), beforeReply: true))
             return
         }
-        let closeAfter = head.headers[canonicalForm: "connection"].contains { $0.lowercased() == "close" }
+        var closeAfter = false
+        for (name, value) in head.headers where ASCIICase.equals(name, lowercase: "connection") {
+            closeAfter = closeAfter || value.split(separator: ",").contains { $0.trimmingCharacters(in: .whitespaces).lowercased() == "close" }
+        }
         exchange = Exchange(maxBody: maxBody, isHead: head.method == .HEAD, completion: completion, closeAfter: closeAfter)
         (replyHead, replyBody) = (nil, nil)
         context.write(wrapOutboundOut(.head(head)), promise: nil)
