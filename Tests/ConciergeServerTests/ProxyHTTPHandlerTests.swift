@@ -75,6 +75,23 @@ struct ProxyHTTPHandlerTests {
         connection.finish()
     }
 
+    @Test("a connection's allowed Host does not let a later request with another Host through")
+    func hostCheckedPerRequest() throws {
+        let connection = try EmbeddedProxyConnection()
+        try connection.send("GET /fast/one HTTP/1.1\r\n" + Self.host + "\r\n")
+        #expect(try connection.written().hasPrefix("HTTP/1.1 200 OK\r\n"))
+        try connection.send("GET /fast/two HTTP/1.1\r\nHost: evil.example\r\n\r\n")
+        #expect(try connection.written().hasPrefix("HTTP/1.1 403 Forbidden\r\n"))
+        connection.finish()
+
+        let another = try EmbeddedProxyConnection()
+        try another.send("GET /fast/one HTTP/1.1\r\n" + Self.host + "\r\n")
+        #expect(try another.written().hasPrefix("HTTP/1.1 200 OK\r\n"))
+        try another.send("GET /fast/two HTTP/1.1\r\n" + Self.host + Self.host + "\r\n")
+        #expect(try another.written().hasPrefix("HTTP/1.1 400 Bad Request\r\n"), "two Host fields, though each was allowed")
+        another.finish()
+    }
+
     @Test("pipelined requests are answered in order: the second reply is written only after the slow first one")
     func pipelinedInOrder() throws {
         let connection = try EmbeddedProxyConnection()

@@ -40,6 +40,8 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
     private var inputClosed = false
     /// Where ready bytes are written: below the response encoder.
     private var encoderContext: ChannelHandlerContext?
+    /// The `Host` this connection's last request was allowed with (``RequestHeadCheck``).
+    private var allowedHost: RequestHeadCheck.AllowedHost?
     /// The route decided when the last head arrived, for the request it dispatches (routed once).
     private var routeOfNextDispatch: PreparedRequest.Route?
     /// The body of the running request while it streams in.
@@ -144,7 +146,7 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
     private func receiveHead(_ head: HTTPRequestHead, context: ChannelHandlerContext) {
         let config = responder.currentConfig
         var head = head
-        if let reply = RequestHeadCheck.refusal(&head, config: config, responder: responder) {
+        if let reply = RequestHeadCheck.refusal(&head, config: config, responder: responder, allowedHost: &allowedHost) {
             execute(machine.headRefused(head, reply: reply), context: context)
             return
         }

@@ -6,7 +6,12 @@ import NIOHTTP1
 enum RequestHeadCheck {
     /// Why `head` is refused, or `nil`. Turns an absolute-form target naming an upstream into
     /// origin form and drops underscored header names, in place.
-    static func refusal(_ head: inout HTTPRequestHead, config: RuntimeConfig, responder: some ProxyResponder) -> ProxyReply? {
+    ///
+    /// - Parameter allowedHost: the connection's last `Host` value found allowed, with the
+    ///   configuration that allowed it: the same single value under the same configuration is
+    ///   not checked again (clients send one `Host` per connection). Updated here.
+    static func refusal(_ head: inout HTTPRequestHead, config: RuntimeConfig, responder: some ProxyResponder,
+                        allowedHost: inout AllowedHost?) -> ProxyReply? {
         let limits = config.config.limits
         let fields = Fields(head)
         if fields.headerBytes > limits.maxHeaderBytes {
@@ -20,7 +25,13 @@ enum RequestHeadCheck {
         if case .unsupported(let codings) = TransferCoding.of(fields.transferEncoding) {
             return .error(501, "transfer coding '\(HTTPFieldSyntax.printable(codings))' is not supported (only a final chunked)")
         }
-        if let refusal = targetRefusal(&head, hostFields: fields.host, config: config, responder: responder) { return refusal }
+        let originForm = head.uri.utf8.first == UInt8(ascii: "/")
+        if originForm, fields.host.count == 1, let allowedHost, allowedHost.config === config, allowedHost.value == fields.host[0] {
+            // This very `Host` was allowed under this configuration.
+        } else {
+            if let refusal = targetRefusal(&head, hostFields: fields.host, config: config, responder: responder) { return refusal }
+            if originForm, fields.host.count == 1 { allowedHost = AllowedHost(value: fields.host[0], config: config) }
+        }
         if let expectation = fields.expect, expectation.lowercased() != "100-continue" {
             return .error(417, "unsupported expectation")
         }
@@ -29,6 +40,12 @@ enum RequestHeadCheck {
             for name in underscored { head.headers.remove(name: name) }
         }
         return nil
+    }
+
+    /// A `Host` value a connection's earlier request passed with, and the configuration.
+    struct AllowedHost {
+        let value: String
+        let config: RuntimeConfig
     }
 
     /// What the checks read from the header block, gathered in one pass (this runs on every
