@@ -13,6 +13,12 @@ public enum ASCIICase {
         text.utf8.count == lowercase.utf8.count && zip(text.utf8, lowercase.utf8).allSatisfy { lowered($0) == $1 }
     }
 
+    /// Whether `text` equals one of `lowercase` (lowercase ASCII), ignoring ASCII case.
+    @inlinable
+    public static func equalsAny(_ text: String, lowercase: [String]) -> Bool {
+        lowercase.contains { equals(text, lowercase: $0) }
+    }
+
     /// Whether `a` equals `b`, both in any case, ignoring ASCII case.
     @inlinable
     public static func equals(_ a: String, _ b: String) -> Bool {

@@ -38,14 +38,7 @@ public enum QueryString {
 
     /// Joins pairs as `k=v&k=v`, each side percent-encoded per RFC 3986, in the given order.
     public static func encode(_ params: [Param]) -> String {
-        var out = TextBuilder(capacity: params.reduce(0) { $0 + $1.name.utf8.count + $1.value.utf8.count + 2 })
-        for (i, param) in params.enumerated() {
-            if i > 0 { out.append("&" as StaticString) }
-            out.append(percentEncode(param.name))
-            out.append("=" as StaticString)
-            out.append(percentEncode(param.value))
-        }
-        return out.text
+        joined(params.map { (percentEncode($0.name), percentEncode($0.value)) })
     }
 
     /// Percent-decodes, treating `+` as a space; malformed escapes are kept literally.
@@ -118,6 +111,11 @@ public enum QueryString {
         let pairs = params.map { (percentEncode($0.name), percentEncode($0.value)) }.sorted { a, b in
             a.0 != b.0 ? a.0.utf8.lexicographicallyPrecedes(b.0.utf8) : a.1.utf8.lexicographicallyPrecedes(b.1.utf8)
         }
+        return joined(pairs)
+    }
+
+    /// Encoded pairs as `k=v&k=v`.
+    private static func joined(_ pairs: [(String, String)]) -> String {
         var out = TextBuilder(capacity: pairs.reduce(0) { $0 + $1.0.utf8.count + $1.1.utf8.count + 2 })
         for (i, pair) in pairs.enumerated() {
             if i > 0 { out.append("&" as StaticString) }

@@ -220,7 +220,7 @@ struct UpstreamExchange: Sendable {
     static func storedHeaders(_ headers: HTTPHeaders) -> HTTPHeaders {
         var kept = HTTPHeaders()
         kept.reserveCapacity(headers.count)
-        for (name, value) in headers where !notStored.contains(where: { ASCIICase.equals(name, lowercase: $0) }) {
+        for (name, value) in headers where !ASCIICase.equalsAny(name, lowercase: notStored) {
             kept.add(name: name, value: value)
         }
         return kept

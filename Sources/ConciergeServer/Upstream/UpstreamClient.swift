@@ -175,15 +175,10 @@ public final class UpstreamClient: Sendable {
         }
         var out = HTTPHeaders()
         out.reserveCapacity(headers.count)
-        for (name, value) in headers where !isHopByHop(name) && !listed(name, in: extra) && !listed(name, in: named) {
+        for (name, value) in headers
+        where !isHopByHop(name) && !ASCIICase.equalsAny(name, lowercase: extra) && !ASCIICase.equalsAny(name, lowercase: named) {
             out.add(name: name, value: value)
         }
         return out
-    }
-
-    /// Whether `name` is one of `lowercase` (lowercase names), ignoring ASCII case.
-    private static func listed(_ name: String, in lowercase: [String]) -> Bool {
-        for candidate in lowercase where ASCIICase.equals(name, lowercase: candidate) { return true }
-        return false
     }
 }
