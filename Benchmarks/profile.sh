@@ -10,6 +10,8 @@
 # symbols by self time (perf report --no-children), the share of each thread group, and for
 # the MISS load the top symbols on the cache writer's threads. In a container without
 # hardware counters cpu-clock (a timer) is what perf can sample; PERF_EVENT overrides it.
+# The Swift runtime has no frame pointers: PERF_CALLGRAPH="--call-graph dwarf" gives callers
+# of swift_retain and the like (larger files; keep DURATION short).
 #
 # callgrind (package valgrind): a second Concierge runs under `valgrind --tool=callgrind`;
 # after WARMUP requests of each kind the counters are zeroed (callgrind_control -z), then
@@ -29,7 +31,7 @@
 # perf.data and callgrind.out files stay in OUT_DIR (perf report -i ..., callgrind_annotate).
 #
 # Env: PROFILER=both|perf|callgrind DURATION=10s CONNECTIONS=64 TOP=10 PERF_EVENT=cpu-clock
-#      CALLGRIND_REQUESTS=2000 WARMUP=200 STATE_BASE=/tmp SKIP_BUILD=0 RELEASE_DIR=.build/release
+#      PERF_CALLGRAPH=-g CALLGRIND_REQUESTS=2000 WARMUP=200 STATE_BASE=/tmp SKIP_BUILD=0 RELEASE_DIR=.build/release
 #      OUT_DIR=bench-out/profile-<time>
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -39,6 +41,7 @@ DURATION=${DURATION:-10s}
 CONNECTIONS=${CONNECTIONS:-64}
 TOP=${TOP:-10}
 PERF_EVENT=${PERF_EVENT:-cpu-clock}
+PERF_CALLGRAPH=${PERF_CALLGRAPH:--g}
 CALLGRIND_REQUESTS=${CALLGRIND_REQUESTS:-2000}
 WARMUP=${WARMUP:-200}
 OUT_DIR=${OUT_DIR:-$BENCH_REPO/bench-out/profile-$(date +%Y%m%d-%H%M%S)}
@@ -109,7 +112,7 @@ if [ "$PROFILER" != callgrind ] && [ "$perf_ok" = 1 ]; then
             > "$OUT_DIR/perf-wrk-$kind.txt" &
         WRK=$!; track "$WRK"
         sleep 1
-        run_waited perf record -e "$PERF_EVENT" -g -p "$PID" -o "$OUT_DIR/perf-$kind.data" -- sleep "$DUR_S" > "$WORK/perf-$kind.log" 2>&1 \
+        run_waited perf record -e "$PERF_EVENT" $PERF_CALLGRAPH -p "$PID" -o "$OUT_DIR/perf-$kind.data" -- sleep "$DUR_S" > "$WORK/perf-$kind.log" 2>&1 \
             || die "perf record failed: $(tail -3 "$WORK/perf-$kind.log")"
         rc=0; wait "$WRK" || rc=$?; untrack "$WRK"
         [ "$rc" = 0 ] || die "wrk failed"

@@ -111,6 +111,24 @@ struct ProxyHTTPHandlerTests {
         connection.finish()
     }
 
+    @Test("the connection goes on reading while a reply is produced; once a pipelined request waits, reading waits for the replies")
+    func readsHeldOnlyForPipelinedParts() throws {
+        let connection = try EmbeddedProxyConnection()
+        let before = connection.readsPassed
+        try connection.send("GET /slow/first HTTP/1.1\r\n" + Self.host + "\r\n")
+        #expect(connection.responder.waiting == ["/slow/first"])
+        #expect(connection.readReachesSocket(), "a client that waits for its reply keeps its socket's read interest")
+        try connection.send("GET /fast/second HTTP/1.1\r\n" + Self.host + "\r\n")
+        #expect(try connection.written().isEmpty)
+        #expect(!connection.readReachesSocket(), "a request waits behind the running one: reading waits")
+        connection.responder.answer("/slow/first", with: "slow first")
+        connection.settle()
+        #expect(connection.readsPassed == before + 2, "the held read went on once both replies were out")
+        #expect(try connection.written().hasSuffix("fast /fast/second"))
+        #expect(connection.readReachesSocket())
+        connection.finish()
+    }
+
     @Test("a streamed body that stalls past limits.body_timeout is answered 408 by the request's work")
     func streamedBodyStalls() throws {
         let connection = try EmbeddedProxyConnection(limits: "body_timeout: 4s")
@@ -187,9 +205,23 @@ final class EmbeddedProxyConnection {
         let done = Mutex(false)
     }
 
+    private let reads = ReadCounter()
+
+    /// Counts the `read` events that pass the whole pipeline, to the channel (the socket).
+    final class ReadCounter: ChannelOutboundHandler {
+        typealias OutboundIn = Any
+        var passed = 0
+
+        func read(context: ChannelHandlerContext) {
+            passed += 1
+            context.read()
+        }
+    }
+
     /// `limits`: the inside of the config's `limits: { ... }`.
     init(limits: String = "") throws {
         responder = try StubResponder(limits: limits)
+        try channel.pipeline.syncOperations.addHandler(reads)
         try ProxyListener.configureConnection(channel.pipeline.syncOperations, responder: responder, requests: requests)
         try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 40000)).wait()
         let (requests, worker) = (self.requests, self.worker)
@@ -227,6 +259,18 @@ final class EmbeddedProxyConnection {
     }
 
     var isActive: Bool { channel.isActive }
+
+    /// The reads that reached the channel so far.
+    var readsPassed: Int { reads.passed }
+
+    /// Issues a `read` as NIO's auto-read does after each read from the socket; whether it
+    /// passed the handlers to the channel (else one of them holds it back).
+    func readReachesSocket() -> Bool {
+        let before = reads.passed
+        channel.pipeline.read()
+        settle()
+        return reads.passed > before
+    }
 
     /// The listener's work loop returned.
     var workDone: Bool { worker.done.withLock { $0 } }

@@ -34,7 +34,7 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
     private var remoteAddress: String?
     /// Request parts that arrived while a reply was being written, in order.
     private var inbox = CircularBuffer<HTTPServerRequestPart>()
-    /// A `read` held back while a reply is being written (back-pressure on pipelining clients).
+    /// A `read` held back while parts wait in ``inbox`` (back-pressure on pipelining clients).
     private var readHeld = false
     /// The client closed its side: close once the replies owed are out.
     private var inputClosed = false
@@ -90,11 +90,16 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
         receive(part, context: context)
     }
 
+    /// Reading goes on while a reply is produced, until something arrives for a later request
+    /// (a pipelining client): then reads wait until the replies owed are out. At most one
+    /// read's worth of parts waits in ``inbox``. A client that waits for each reply never
+    /// stops reading, so its socket's readiness is never taken out of epoll and put back
+    /// (two `epoll_ctl` calls per request that goes to the upstream).
     func read(context: ChannelHandlerContext) {
-        if machine.isResponding || !inbox.isEmpty {
-            readHeld = true
-        } else {
+        if inbox.isEmpty {
             context.read()
+        } else {
+            readHeld = true
         }
     }
 
@@ -106,13 +111,13 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
         context.fireUserInboundEventTriggered(event)
     }
 
-    /// After a reply: the queued parts in order, until one starts a reply of its own; then
-    /// reading resumes.
+    /// After a reply: the queued parts in order, until one starts a reply of its own; once
+    /// none waits, a held read goes on.
     private func resumeAfterReply(context: ChannelHandlerContext) {
         while !machine.isResponding, let part = inbox.popFirst() {
             receive(part, context: context)
         }
-        guard !machine.isResponding, inbox.isEmpty else { return }
+        guard inbox.isEmpty else { return }
         if readHeld {
             readHeld = false
             context.read()
