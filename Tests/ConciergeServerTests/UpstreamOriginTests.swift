@@ -1,3 +1,4 @@
+import NIOCore
 import NIOHTTP1
 import Testing
 
@@ -46,16 +47,42 @@ struct UpstreamOriginTests {
         #expect(UpstreamOrigin.schemeIsTLS("https:/h") == nil)
     }
 
-    @Test("the head sent: Host first when absent, the caller's framing replaced by the body's")
-    func requestHead() throws {
+    @Test("the request sent: Host first when absent, the caller's framing replaced by the body's, one buffer")
+    func wireRequest() throws {
         let (origin, _) = try #require(UpstreamOrigin.parse("http://h:81/x"))
-        let head = origin.requestHead(method: "POST", target: "/x",
-                                      headers: ["Accept": "application/json", "CONTENT-LENGTH": "99", "Transfer-Encoding": "chunked"],
-                                      bodyLength: 5)
-        #expect(head.headers.map(\.name) == ["Host", "Accept", "Content-Length"])
-        #expect(head.headers["Host"] == ["h:81"] && head.headers["Content-Length"] == ["5"])
-        let get = origin.requestHead(method: "GET", target: "/x", headers: ["host": "other"], bodyLength: 0)
-        #expect(get.headers.map(\.name) == ["host"], "a GET without a body has no Content-Length; the caller's Host stays")
-        #expect(origin.requestHead(method: "PUT", target: "/x", headers: [:], bodyLength: 0).headers["Content-Length"] == ["0"])
+        let post = try UpstreamWireRequest.encode(method: "POST", target: "/x?a=1", authority: origin.authority,
+                                                  headers: ["Accept": "application/json", "CONTENT-LENGTH": "99", "Transfer-Encoding": "chunked"],
+                                                  body: ByteBuffer(string: "hello"))
+        #expect(String(buffer: post.bytes) == "POST /x?a=1 HTTP/1.1\r\nHost: h:81\r\nAccept: application/json\r\nContent-Length: 5\r\n\r\nhello")
+        #expect(post.method == .POST && post.target == "/x?a=1" && !post.closeAfter && !post.isIdempotent)
+        let get = try UpstreamWireRequest.encode(method: "GET", target: "/x", authority: origin.authority,
+                                                 headers: ["host": "other", "Connection": "keep-alive, Close"], body: nil)
+        #expect(String(buffer: get.bytes) == "GET /x HTTP/1.1\r\nhost: other\r\nConnection: keep-alive, Close\r\n\r\n",
+                "a GET without a body has no Content-Length; the caller's Host stays")
+        #expect(get.closeAfter && get.isIdempotent)
+        let put = try UpstreamWireRequest.encode(method: "PUT", target: "/x", authority: origin.authority, headers: [:], body: ByteBuffer())
+        #expect(String(buffer: put.bytes) == "PUT /x HTTP/1.1\r\nHost: h:81\r\nContent-Length: 0\r\n\r\n")
+    }
+
+    @Test("a request whose fields could split it or add a field is not encoded")
+    func wireRequestRefusesControlCharacters() {
+        let refused: [(method: String, target: String, headers: HTTPHeaders)] = [
+            ("GET", "/x", ["Authorization": "Bearer abc\r\nX-Admin: 1"]),
+            ("GET", "/x", ["X-Token": "abc\ndef"]),
+            ("GET", "/x", ["X-Token": "abc\u{0}"]),
+            ("GET", "/x", ["X Bad": "1"]),
+            ("GET", "/x", ["X-Bad:": "1"]),
+            ("GET", "/x y", [:]),
+            ("GET", "/x\r\nX-Admin: 1", [:]),
+            ("GE T", "/x", [:]),
+        ]
+        for (method, target, headers) in refused {
+            #expect(throws: UpstreamWireRequest.Invalid.self, "\(method) \(target) \(headers)") {
+                try UpstreamWireRequest.encode(method: method, target: target, authority: "h", headers: headers, body: nil)
+            }
+        }
+        #expect(throws: Never.self) {
+            try UpstreamWireRequest.encode(method: "GET", target: "/x", authority: "h", headers: ["X-Tab": "a\tb", "X-Utf8": "caf\u{e9}"], body: nil)
+        }
     }
 }

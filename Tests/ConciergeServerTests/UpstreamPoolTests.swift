@@ -123,6 +123,21 @@ struct UpstreamPoolTests {
         }
     }
 
+    @Test("a reply to HEAD ends at its head though it announces a length: the response decoder knows the method")
+    func headReplyHasNoBody() async throws {
+        try await withUpstream(reply: { _ in .truncated(announced: 10, sent: "") }) { upstream in
+            try await withPool { pool in
+                let result = await send(pool, request(upstream.url + "/api/items", method: "HEAD"))
+                guard case .success(let response) = result else {
+                    Issue.record("HEAD: \(result)")
+                    return
+                }
+                #expect(response.status == 200 && response.body.readableBytes == 0)
+                #expect(upstream.requests.map(\.head.method) == [.HEAD])
+            }
+        }
+    }
+
     @Test("an idle pooled connection the upstream closes is dropped; the next request opens a new one")
     func upstreamClosesIdleConnection() async throws {
         try await withUpstream(reply: { r in .send(body: Self.okBody, close: r.connection == 0) }) { upstream in

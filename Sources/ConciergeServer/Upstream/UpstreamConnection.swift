@@ -47,22 +47,18 @@ final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
     var closeFuture: EventLoopFuture<Void>? { context?.channel.closeFuture }
 
     /// Sends a request; `completion` is called exactly once, on the event loop.
-    func execute(_ head: HTTPRequestHead, body: ByteBuffer?, maxBody: Int, completion: @escaping (Outcome) -> Void) {
+    func execute(_ request: UpstreamWireRequest, maxBody: Int, completion: @escaping (Outcome) -> Void) {
         precondition(exchange == nil, "one exchange at a time on an upstream connection")
         guard let context, !isClosed else {
             completion(.failed(.unreachable("upstream connection closed"), beforeReply: true))
             return
         }
-        var closeAfter = false
-        for (name, value) in head.headers where ASCIICase.equals(name, lowercase: "connection") {
-            closeAfter = closeAfter || value.split(separator: ",").contains { $0.trimmingCharacters(in: .whitespaces).lowercased() == "close" }
-        }
-        exchange = Exchange(maxBody: maxBody, isHead: head.method == .HEAD, completion: completion, closeAfter: closeAfter)
+        exchange = Exchange(maxBody: maxBody, isHead: request.method == .HEAD, completion: completion, closeAfter: request.closeAfter)
         (replyHead, replyBody) = (nil, nil)
-        context.write(wrapOutboundOut(.head(head)), promise: nil)
-        if let body, body.readableBytes > 0 { context.write(wrapOutboundOut(.body(.byteBuffer(body))), promise: nil) }
+        // The head tells NIO's response decoder the method; ``UpstreamWireWriter`` writes the bytes.
+        context.write(wrapOutboundOut(.head(HTTPRequestHead(version: .http1_1, method: request.method, uri: request.target))), promise: nil)
         let written = context.eventLoop.makePromise(of: Void.self)
-        context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: written)
+        context.writeAndFlush(wrapOutboundOut(.body(.byteBuffer(request.bytes))), promise: written)
         written.futureResult.assumeIsolated().whenFailure { [weak self] error in
             self?.fail(.unreachable("writing the request: \(error)"), error: error)
         }
@@ -160,14 +156,35 @@ final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
 }
 
 extension UpstreamConnection {
-    /// Adds TLS (for https), NIO's HTTP/1.1 client codec and an ``UpstreamConnection`` to a
-    /// new channel's pipeline. Runs on the channel's event loop.
+    /// Adds TLS (for https), the request writer, NIO's HTTP/1.1 response decoder and an
+    /// ``UpstreamConnection`` to a new channel's pipeline. Runs on the channel's event loop.
     static func configure(_ channel: any Channel, tls: (context: NIOSSLContext, serverName: String?)?) throws {
         let pipeline = channel.pipeline.syncOperations
         if let tls {
             try pipeline.addHandler(NIOSSLClientHandler(context: tls.context, serverHostname: tls.serverName))
         }
-        try pipeline.addHTTPClientHandlers()
+        try pipeline.addHandler(UpstreamWireWriter())
+        try pipeline.addHandler(ByteToMessageHandler(HTTPResponseDecoder(leftOverBytesStrategy: .dropBytes)))
         try pipeline.addHandler(UpstreamConnection())
+    }
+}
+
+/// In place of NIO's request encoder, below its response decoder: writes the ready bytes of
+/// an ``UpstreamWireRequest`` (sent as one body part). The head that comes first only told
+/// the decoder the method (a reply to HEAD announces a length it does not send); it is
+/// not written.
+final class UpstreamWireWriter: ChannelOutboundHandler, RemovableChannelHandler {
+    typealias OutboundIn = HTTPClientRequestPart
+    typealias OutboundOut = ByteBuffer
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        switch unwrapOutboundIn(data) {
+        case .body(.byteBuffer(let bytes)):
+            context.write(wrapOutboundOut(bytes), promise: promise)
+        case .head, .end:
+            promise?.succeed()
+        case .body(.fileRegion):
+            promise?.fail(ChannelError.operationUnsupported)
+        }
     }
 }

@@ -78,11 +78,17 @@ public final class UpstreamConnectionPool: Sendable {
         case .bytes(let bytes): body = bytes
         case .stream: throw .unreachable("a streamed request body cannot go through the connection pool")
         }
+        let wire: UpstreamWireRequest
+        do {
+            wire = try UpstreamWireRequest.encode(method: request.method, target: target, authority: origin.authority,
+                                                  headers: request.headers, body: body)
+        } catch {
+            throw .unreachable("request not sent: \(error)")
+        }
         let loop = chooseLoop()
         let exchange = PendingExchange(
-            id: nextRequest.wrappingAdd(1, ordering: .relaxed).oldValue, origin: origin,
-            head: origin.requestHead(method: request.method, target: target, headers: request.headers, bodyLength: body?.readableBytes ?? 0),
-            body: body, maxBody: maxBody, deadline: .now() + .nanoseconds(request.timeout.nanoseconds),
+            id: nextRequest.wrappingAdd(1, ordering: .relaxed).oldValue, origin: origin, request: wire,
+            maxBody: maxBody, deadline: .now() + .nanoseconds(request.timeout.nanoseconds),
             promise: loop.eventLoop.makePromise(), cancellation: CancellationFlag())
         do {
             return try await withTaskCancellationHandler {

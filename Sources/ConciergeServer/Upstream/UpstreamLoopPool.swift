@@ -7,8 +7,7 @@ import NIOSSL
 struct PendingExchange: Sendable {
     let id: UpstreamPoolState.RequestID
     let origin: UpstreamOrigin
-    let head: HTTPRequestHead
-    let body: ByteBuffer?
+    let request: UpstreamWireRequest
     let maxBody: Int
     /// `request.timeout` from the start: waiting, connecting, sending and reading together.
     let deadline: NIODeadline
@@ -16,10 +15,6 @@ struct PendingExchange: Sendable {
     /// Set when the caller's task is cancelled (possibly before the exchange reached the loop).
     let cancellation: CancellationFlag
     var retried = false
-
-    /// Methods that may be sent twice (RFC 9110 §9.2.2) when a reused connection turns out
-    /// closed under the first attempt.
-    var isIdempotent: Bool { [.GET, .HEAD, .OPTIONS, .PUT, .DELETE].contains(head.method) }
 }
 
 /// The upstream connections of one event loop, per origin: drives an ``UpstreamPoolState``
@@ -189,7 +184,7 @@ final class UpstreamLoopPool {
             return
         }
         let reused = handler.completedExchanges > 0
-        handler.execute(exchange.head, body: exchange.body, maxBody: exchange.maxBody) { [self] outcome in
+        handler.execute(exchange.request, maxBody: exchange.maxBody) { [self] outcome in
             ended(id, on: connection, in: origin, reused: reused, outcome)
         }
     }
@@ -208,7 +203,7 @@ final class UpstreamLoopPool {
         case .failed(let failure, let beforeReply):
             // The upstream closed a pooled connection just as it was reused: send once more
             // on a new connection, in the same place, if sending twice is harmless.
-            let retry = beforeReply && reused && exchanges[id].map { !$0.retried && $0.isIdempotent } == true
+            let retry = beforeReply && reused && exchanges[id].map { !$0.retried && $0.request.isIdempotent } == true
             if retry { exchanges[id]?.retried = true }
             let handler = origin.connections[connection]
             remove(connection, from: origin, retrying: retry ? id : nil)

@@ -83,23 +83,4 @@ struct UpstreamOrigin: Hashable, Sendable, CustomStringConvertible {
         let bare = upstreamHost.hasPrefix("[") ? String(upstreamHost.dropFirst().dropLast()) : upstreamHost
         return (upstreamScheme == "https") == isTLS && upstreamPort == port && bare.lowercased() == host.lowercased()
     }
-
-    /// The head sent upstream: `Host` first when the request has none, and framing set from
-    /// the body as AsyncHTTPClient sets it (`Content-Length`; `0` only for methods that
-    /// expect a body).
-    func requestHead(method: String, target: String, headers: HTTPHeaders, bodyLength: Int) -> HTTPRequestHead {
-        let method = HTTPMethod(rawValue: method)
-        var fields = HTTPHeaders()
-        if !headers.contains(name: "host") { fields.add(name: "Host", value: authority) }
-        fields.add(contentsOf: headers)
-        // Framing is the pool's own, from the body it sends (comparisons ignore case).
-        fields.remove(name: "content-length")
-        fields.remove(name: "transfer-encoding")
-        switch method {
-        case _ where bodyLength > 0: fields.add(name: "Content-Length", value: String(bodyLength))
-        case .GET, .HEAD, .DELETE, .CONNECT, .TRACE: break
-        default: fields.add(name: "Content-Length", value: "0")
-        }
-        return HTTPRequestHead(version: .http1_1, method: method, uri: target, headers: fields)
-    }
 }

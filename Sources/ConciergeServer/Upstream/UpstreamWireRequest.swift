@@ -1,0 +1,108 @@
+import ConciergeCore
+import NIOCore
+import NIOHTTP1
+
+/// A request for a pooled upstream connection as it goes on the wire: one buffer with the
+/// request line, the header block and the body, encoded once when the exchange is made and
+/// written as it is (``UpstreamConnection``), with no `HTTPHeaders` copy and no encoder pass.
+///
+/// `Host` comes first when the caller sent none. Framing is the pool's own, from the body, as
+/// AsyncHTTPClient sets it: the caller's `Content-Length` and `Transfer-Encoding` are
+/// dropped, `Content-Length` is sent for a body, and `0` for an empty body of a method that
+/// expects one. Like NIO's outbound header validation, which this replaces: every field name
+/// must be a token and no value may hold a control character other than HTAB (RFC 9110
+/// §5.1, §5.5), so a value with CR LF in it (a token from an upstream's reply, say) can
+/// never add a field or split the request.
+struct UpstreamWireRequest: Sendable {
+    let method: HTTPMethod
+    let target: String
+    let bytes: ByteBuffer
+    /// The caller asked for `Connection: close`: the connection closes after the reply.
+    let closeAfter: Bool
+
+    /// Methods that may be sent twice (RFC 9110 §9.2.2) when a reused connection turns out
+    /// closed under the first attempt.
+    var isIdempotent: Bool { [.GET, .HEAD, .OPTIONS, .PUT, .DELETE].contains(method) }
+
+    /// Why a request could not be encoded.
+    struct Invalid: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    static func encode(method: String, target: String, authority: String, headers: HTTPHeaders,
+                       body: ByteBuffer?) throws(Invalid) -> UpstreamWireRequest {
+        guard isToken(method) else { throw Invalid(description: "the method is not a token") }
+        guard !target.isEmpty, target.utf8.allSatisfy({ $0 > 0x20 && $0 != 0x7F }) else {
+            throw Invalid(description: "the request target holds a space or a control character")
+        }
+        let bodyLength = body?.readableBytes ?? 0
+        var size = method.utf8.count + target.utf8.count + authority.utf8.count + 64 + bodyLength
+        for (name, value) in headers { size += name.utf8.count + value.utf8.count + 4 }
+        var bytes = ByteBuffer()
+        bytes.reserveCapacity(size)
+        bytes.writeString(method)
+        bytes.writeStaticString(" ")
+        bytes.writeString(target)
+        bytes.writeStaticString(" HTTP/1.1\r\n")
+        var hasHost = false
+        var closeAfter = false
+        for (name, value) in headers {
+            guard isToken(name) else { throw Invalid(description: "a header field name is not a token") }
+            guard isFieldValue(value) else { throw Invalid(description: "the value of \(name) holds a control character") }
+            if ASCIICase.equalsAny(name, lowercase: framing) { continue }
+            if ASCIICase.equals(name, lowercase: "host") { hasHost = true }
+            if ASCIICase.equals(name, lowercase: "connection") { closeAfter = closeAfter || asksToClose(value) }
+        }
+        if !hasHost {
+            bytes.writeStaticString("Host: ")
+            bytes.writeString(authority)
+            bytes.writeStaticString("\r\n")
+        }
+        for (name, value) in headers where !ASCIICase.equalsAny(name, lowercase: framing) {
+            bytes.writeString(name)
+            bytes.writeStaticString(": ")
+            bytes.writeString(value)
+            bytes.writeStaticString("\r\n")
+        }
+        let httpMethod = HTTPMethod(rawValue: method)
+        switch httpMethod {
+        case _ where bodyLength > 0:
+            bytes.writeStaticString("Content-Length: ")
+            bytes.writeString(String(bodyLength))
+            bytes.writeStaticString("\r\n")
+        case .GET, .HEAD, .DELETE, .CONNECT, .TRACE: break
+        default: bytes.writeStaticString("Content-Length: 0\r\n")
+        }
+        bytes.writeStaticString("\r\n")
+        if let body, bodyLength > 0 { bytes.writeImmutableBuffer(body) }
+        return UpstreamWireRequest(method: httpMethod, target: target, bytes: bytes, closeAfter: closeAfter)
+    }
+
+    /// Fields the pool sets itself from the body (lowercase).
+    private static let framing = ["content-length", "transfer-encoding"]
+
+    private static func asksToClose(_ value: String) -> Bool {
+        value.split(separator: ",").contains { $0.trimmingCharacters(in: .whitespaces).lowercased() == "close" }
+    }
+
+    /// RFC 9110 §5.6.2: one or more tchar.
+    static func isToken(_ text: String) -> Bool {
+        !text.isEmpty && text.utf8.allSatisfy { byte in
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+                return true
+            case UInt8(ascii: "!"), UInt8(ascii: "#"), UInt8(ascii: "$"), UInt8(ascii: "%"), UInt8(ascii: "&"), UInt8(ascii: "'"),
+                 UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "^"), UInt8(ascii: "_"),
+                 UInt8(ascii: "`"), UInt8(ascii: "|"), UInt8(ascii: "~"):
+                return true
+            default:
+                return false
+            }
+        }
+    }
+
+    /// RFC 9110 §5.5: visible characters, obs-text, spaces and tabs; no other control.
+    static func isFieldValue(_ text: String) -> Bool {
+        text.utf8.allSatisfy { $0 >= 0x20 ? $0 != 0x7F : $0 == 0x09 }
+    }
+}
