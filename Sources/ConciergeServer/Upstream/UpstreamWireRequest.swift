@@ -32,50 +32,86 @@ struct UpstreamWireRequest: Sendable {
     static func encode(method: String, target: String, authority: String, headers: HTTPHeaders,
                        body: ByteBuffer?) throws(Invalid) -> UpstreamWireRequest {
         guard isToken(method) else { throw Invalid(description: "the method is not a token") }
-        guard !target.isEmpty, target.utf8.allSatisfy({ $0 > 0x20 && $0 != 0x7F }) else {
+        guard !target.isEmpty, allBytes(of: target, satisfy: { $0 > 0x20 && $0 != 0x7F }) else {
             throw Invalid(description: "the request target holds a space or a control character")
         }
         let bodyLength = body?.readableBytes ?? 0
-        var size = method.utf8.count + target.utf8.count + authority.utf8.count + 64 + bodyLength
-        for (name, value) in headers { size += name.utf8.count + value.utf8.count + 4 }
-        var bytes = ByteBuffer()
-        bytes.reserveCapacity(size)
-        bytes.writeString(method)
-        bytes.writeStaticString(" ")
-        bytes.writeString(target)
-        bytes.writeStaticString(" HTTP/1.1\r\n")
+        var size = method.utf8.count + target.utf8.count + authority.utf8.count + 96
         var hasHost = false
         var closeAfter = false
         for (name, value) in headers {
             guard isToken(name) else { throw Invalid(description: "a header field name is not a token") }
-            guard isFieldValue(value) else { throw Invalid(description: "the value of \(name) holds a control character") }
-            if ASCIICase.equalsAny(name, lowercase: framing) { continue }
+            guard allBytes(of: value, satisfy: { $0 >= 0x20 ? $0 != 0x7F : $0 == 0x09 }) else {
+                throw Invalid(description: "the value of \(name) holds a control character")
+            }
+            size += name.utf8.count + value.utf8.count + 4
             if ASCIICase.equals(name, lowercase: "host") { hasHost = true }
             if ASCIICase.equals(name, lowercase: "connection") { closeAfter = closeAfter || asksToClose(value) }
         }
-        if !hasHost {
-            bytes.writeStaticString("Host: ")
-            bytes.writeString(authority)
-            bytes.writeStaticString("\r\n")
-        }
-        for (name, value) in headers where !ASCIICase.equalsAny(name, lowercase: framing) {
-            bytes.writeString(name)
-            bytes.writeStaticString(": ")
-            bytes.writeString(value)
-            bytes.writeStaticString("\r\n")
-        }
         let httpMethod = HTTPMethod(rawValue: method)
-        switch httpMethod {
-        case _ where bodyLength > 0:
-            bytes.writeStaticString("Content-Length: ")
-            bytes.writeString(String(bodyLength))
-            bytes.writeStaticString("\r\n")
-        case .GET, .HEAD, .DELETE, .CONNECT, .TRACE: break
-        default: bytes.writeStaticString("Content-Length: 0\r\n")
+        var bytes = ByteBuffer()
+        bytes.reserveCapacity(size + bodyLength)
+        bytes.writeWithUnsafeMutableBytes(minimumWritableBytes: size) { buffer in
+            var out = Cursor(buffer)
+            out.put(method)
+            out.put(" ")
+            out.put(target)
+            out.put(" HTTP/1.1\r\n")
+            if !hasHost {
+                out.put("Host: ")
+                out.put(authority)
+                out.put("\r\n")
+            }
+            for (name, value) in headers where !ASCIICase.equalsAny(name, lowercase: framing) {
+                out.put(name)
+                out.put(": ")
+                out.put(value)
+                out.put("\r\n")
+            }
+            switch httpMethod {
+            case _ where bodyLength > 0:
+                out.put("Content-Length: ")
+                out.put(String(bodyLength))
+                out.put("\r\n")
+            case .GET, .HEAD, .DELETE, .CONNECT, .TRACE: break
+            default: out.put("Content-Length: 0\r\n")
+            }
+            out.put("\r\n")
+            return out.written
         }
-        bytes.writeStaticString("\r\n")
         if let body, bodyLength > 0 { bytes.writeImmutableBuffer(body) }
         return UpstreamWireRequest(method: httpMethod, target: target, bytes: bytes, closeAfter: closeAfter)
+    }
+
+    /// Copies text into a buffer sized beforehand (96 bytes spare for the request line's
+    /// fixed parts and the framing field).
+    private struct Cursor {
+        let buffer: UnsafeMutableRawBufferPointer
+        private(set) var written = 0
+
+        init(_ buffer: UnsafeMutableRawBufferPointer) {
+            self.buffer = buffer
+        }
+
+        mutating func put(_ text: String) {
+            var text = text
+            text.withUTF8 { put(UnsafeRawBufferPointer($0)) }
+        }
+
+        mutating func put(_ text: StaticString) {
+            put(UnsafeRawBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
+        }
+
+        private mutating func put(_ bytes: UnsafeRawBufferPointer) {
+            precondition(written + bytes.count <= buffer.count, "request size miscounted")
+            UnsafeMutableRawBufferPointer(rebasing: buffer[written...]).copyMemory(from: bytes)
+            written += bytes.count
+        }
+    }
+
+    private static func allBytes(of text: String, satisfy predicate: (UInt8) -> Bool) -> Bool {
+        var text = text
+        return text.withUTF8 { $0.allSatisfy(predicate) }
     }
 
     /// Fields the pool sets itself from the body (lowercase).
@@ -87,7 +123,7 @@ struct UpstreamWireRequest: Sendable {
 
     /// RFC 9110 §5.6.2: one or more tchar.
     static func isToken(_ text: String) -> Bool {
-        !text.isEmpty && text.utf8.allSatisfy { byte in
+        !text.isEmpty && allBytes(of: text) { byte in
             switch byte {
             case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"):
                 return true
@@ -101,8 +137,4 @@ struct UpstreamWireRequest: Sendable {
         }
     }
 
-    /// RFC 9110 §5.5: visible characters, obs-text, spaces and tabs; no other control.
-    static func isFieldValue(_ text: String) -> Bool {
-        text.utf8.allSatisfy { $0 >= 0x20 ? $0 != 0x7F : $0 == 0x09 }
-    }
 }
