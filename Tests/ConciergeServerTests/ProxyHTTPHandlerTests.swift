@@ -92,6 +92,24 @@ struct ProxyHTTPHandlerTests {
         another.finish()
     }
 
+    @Test("a connection routes a path once per configuration generation, whatever the query")
+    func routedOncePerPath() throws {
+        let connection = try EmbeddedProxyConnection()
+        for target in ["/fast/one?a=1", "/fast/one?a=2", "/fast/one", "/fast/two?a=1"] {
+            try connection.send("GET \(target) HTTP/1.1\r\n" + Self.host + "\r\n")
+            #expect(try connection.written().hasPrefix("HTTP/1.1 200 OK\r\n"))
+        }
+        #expect(connection.responder.routeCalls == ["/fast/one?a=1", "/fast/two?a=1"])
+        connection.responder.bumpGeneration()
+        try connection.send("GET /fast/two?a=3 HTTP/1.1\r\n" + Self.host + "\r\n")
+        #expect(try connection.written().hasPrefix("HTTP/1.1 200 OK\r\n"))
+        #expect(connection.responder.routeCalls.last == "/fast/two?a=3", "a reload routes again")
+        try connection.send("POST /fast/two?a=3 HTTP/1.1\r\n" + Self.host + "Content-Length: 0\r\n\r\n")
+        _ = try connection.written()
+        #expect(connection.responder.routeCalls.count == 4, "another method is routed on its own")
+        connection.finish()
+    }
+
     @Test("pipelined requests are answered in order: the second reply is written only after the slow first one")
     func pipelinedInOrder() throws {
         let connection = try EmbeddedProxyConnection()
@@ -360,8 +378,17 @@ final class StubResponder: ProxyResponder {
         }
     }
 
+    var configGeneration: Int { generation.withLock { $0 } }
+    /// Stands for a reload: the connection's next head reads the configuration and routes again.
+    func bumpGeneration() { generation.withLock { $0 += 1 } }
+    private let generation = Mutex(0)
+    private let routed = Mutex<[String]>([])
+    /// The targets routed so far.
+    var routeCalls: [String] { routed.withLock { $0 } }
+
     func route(method: String, target: String) -> PreparedRequest.Route? {
-        PreparedRequest.Route(method: method, target: target, config: currentConfig, environment: "a")
+        routed.withLock { $0.append(target) }
+        return PreparedRequest.Route(method: method, target: target, config: currentConfig, environment: "a")
     }
 
     func originForm(_ uri: String) -> (origin: String, host: String)? { nil }

@@ -23,20 +23,119 @@ public struct EndpointPolicy: Sendable {
         case custom(SigningConfig)
     }
 
-    public var name: String
-    public var match: EndpointPattern
-    public var login: Login
-    public var cache: CachePolicy
+    /// The fields behind one reference. Every request copies its endpoint's policy (into its
+    /// route, its preparation, a remembered hit); with the fields inline a copy retained each
+    /// string, array and set the policy holds, and those belong to the configuration every
+    /// event loop shares, so each retain was an atomic write to memory the other loops write
+    /// too. Now a copy is one retain. Setters (the config loader's) copy the fields: value
+    /// semantics stay.
+    private final class Storage: Sendable {
+        let fields: Fields
+
+        init(_ fields: Fields) {
+            self.fields = fields
+        }
+    }
+
+    private struct Fields: Sendable {
+        var name: String
+        var match: EndpointPattern
+        var login: Login
+        var cache: CachePolicy
+        var envelope: Bool
+        var upstream: String?
+        var timeout: Duration?
+        var invalidates: [String]
+        var validate: [(path: String, type: ExpectedType)]
+        var unwrap: String?
+        var sign: Signing
+        var scopeIsExplicit: Bool = false
+    }
+
+    private var storage: Storage
+
+    private mutating func update(_ change: (inout Fields) -> Void) {
+        var fields = storage.fields
+        change(&fields)
+        storage = Storage(fields)
+    }
+
+    public var name: String {
+        get { storage.fields.name }
+        set { update { $0.name = newValue } }
+    }
+
+    public var match: EndpointPattern {
+        get { storage.fields.match }
+        set { update { $0.match = newValue } }
+    }
+
+    public var login: Login {
+        get { storage.fields.login }
+        set { update { $0.login = newValue } }
+    }
+
+    public var cache: CachePolicy {
+        get { storage.fields.cache }
+        set { update { $0.cache = newValue } }
+    }
+
     /// `false` for non-JSON endpoints: no envelope logic, bodies streamed.
-    public var envelope: Bool
-    public var upstream: String?
-    public var timeout: Duration?
-    public var invalidates: [String]
-    public var validate: [(path: String, type: ExpectedType)]
-    public var unwrap: String?
-    public var sign: Signing
+    public var envelope: Bool {
+        get { storage.fields.envelope }
+        set { update { $0.envelope = newValue } }
+    }
+
+    public var upstream: String? {
+        get { storage.fields.upstream }
+        set { update { $0.upstream = newValue } }
+    }
+
+    public var timeout: Duration? {
+        get { storage.fields.timeout }
+        set { update { $0.timeout = newValue } }
+    }
+
+    public var invalidates: [String] {
+        get { storage.fields.invalidates }
+        set { update { $0.invalidates = newValue } }
+    }
+
+    public var validate: [(path: String, type: ExpectedType)] {
+        get { storage.fields.validate }
+        set { update { $0.validate = newValue } }
+    }
+
+    public var unwrap: String? {
+        get { storage.fields.unwrap }
+        set { update { $0.unwrap = newValue } }
+    }
+
+    public var sign: Signing {
+        get { storage.fields.sign }
+        set { update { $0.sign = newValue } }
+    }
+
     /// Whether `cache.scope` was written in the file (otherwise chosen from `login`).
-    public var scopeIsExplicit: Bool = false
+    public var scopeIsExplicit: Bool {
+        get { storage.fields.scopeIsExplicit }
+        set { update { $0.scopeIsExplicit = newValue } }
+    }
+
+    public init(name: String,
+                match: EndpointPattern,
+                login: Login,
+                cache: CachePolicy,
+                envelope: Bool,
+                upstream: String?,
+                timeout: Duration?,
+                invalidates: [String],
+                validate: [(path: String, type: ExpectedType)],
+                unwrap: String?,
+                sign: Signing,
+                scopeIsExplicit: Bool = false) {
+        storage = Storage(Fields(name: name, match: match, login: login, cache: cache, envelope: envelope, upstream: upstream, timeout: timeout, invalidates: invalidates, validate: validate, unwrap: unwrap, sign: sign, scopeIsExplicit: scopeIsExplicit))
+    }
 
     /// The policy for requests no endpoint matches: pass-through, no login, no cache.
     public static let passThrough = EndpointPolicy(

@@ -69,10 +69,17 @@ public final class Runtime: Sendable {
     }
 
     private let state: Mutex<State>
+    /// Bumped after every change of `state`: a reader that saw a generation and then read
+    /// the state has a state at least that new.
+    private let changes = Atomic<Int>(0)
 
     public init(config: ConciergeConfig) {
         state = Mutex(State(config: RuntimeConfig(config: config), environment: config.environment))
     }
+
+    /// Changes with every reload and environment switch. Reading it is one atomic load, no
+    /// lock: a connection keeps what it read (configuration, routes) while it stays the same.
+    public var generation: Int { changes.load(ordering: .acquiring) }
 
     public var current: RuntimeConfig { state.withLock { $0.config } }
     public var environment: String { state.withLock { $0.environment } }
@@ -90,6 +97,7 @@ public final class Runtime: Sendable {
             s.config = RuntimeConfig(config: config)
             if !keep { s.environment = config.environment }
         }
+        changes.add(1, ordering: .releasing)
     }
 
     /// A request's endpoint under the current configuration and environment.
@@ -100,10 +108,12 @@ public final class Runtime: Sendable {
 
     /// Switches the default upstream; `false` when no upstream has that name.
     public func setEnvironment(_ name: String) -> Bool {
-        state.withLock { s in
+        let switched = state.withLock { s in
             guard s.config.config.upstream(named: name) != nil else { return false }
             s.environment = name
             return true
         }
+        if switched { changes.add(1, ordering: .releasing) }
+        return switched
     }
 }

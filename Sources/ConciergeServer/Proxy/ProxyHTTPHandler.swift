@@ -42,6 +42,8 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
     private var encoderContext: ChannelHandlerContext?
     /// The `Host` this connection's last request was allowed with (``RequestHeadCheck``).
     private var allowedHost: RequestHeadCheck.AllowedHost?
+    /// The configuration and the route the last head was read with.
+    private var routeMemo = ConnectionRouteMemo()
     /// The route decided when the last head arrived, for the request it dispatches (routed once).
     private var routeOfNextDispatch: PreparedRequest.Route?
     /// The body of the running request while it streams in.
@@ -149,13 +151,13 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
     }
 
     private func receiveHead(_ head: HTTPRequestHead, context: ChannelHandlerContext) {
-        let config = responder.currentConfig
+        let config = routeMemo.config(responder)
         var head = head
         if let reply = RequestHeadCheck.refusal(&head, config: config, responder: responder, allowedHost: &allowedHost) {
             execute(machine.headRefused(head, reply: reply), context: context)
             return
         }
-        let route = head.uri == "*" ? nil : responder.route(method: head.method.wireName, target: head.uri)
+        let route = head.uri == "*" ? nil : routeMemo.route(head.method, target: head.uri, responder)
         routeOfNextDispatch = route
         let streamsBody = route?.streamsBody ?? false
         let action = machine.headReceived(head, streamsBody: streamsBody, limits: .init(config.config.limits),

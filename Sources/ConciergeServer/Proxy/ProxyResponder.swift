@@ -8,6 +8,10 @@ protocol ProxyResponder: Sendable {
     /// The configuration in force (limits, `Host` policy), read once per request head.
     var currentConfig: RuntimeConfig { get }
 
+    /// Changes whenever the configuration or the environment does (``Runtime/generation``):
+    /// while it stays the same, a connection reuses the configuration and routes it read.
+    var configGeneration: Int { get }
+
     /// A reply to write synchronously on the event loop (a fresh hot-tier hit or a local
     /// answer), or the preparation to go on with; `nil` when the request needs ``handle(_:prepared:)``.
     /// `encoded`: the connection can take a hit as ready HTTP/1.1 bytes.

@@ -21,13 +21,15 @@ final class ProxyServerContext: ProxyResponder {
         let record: @Sendable (IncomingRequest, ProxyAnswer, ContinuousClock.Instant) -> Void = { incoming, answer, started in
             let total = ContinuousClock.now - started
             stats.record(answer.report, status: answer.reply.status, duration: total)
-            requestLog.log(incoming, answer, total: total, config: runtime.current)
+            // The configuration the request was routed under (no lock), else the current one.
+            requestLog.log(incoming, answer, total: total, config: incoming.route?.config ?? runtime.current)
         }
         self.record = record
         self.ownRoutes = ConciergeRoutes(pipeline: pipeline, log: record)
     }
 
     var currentConfig: RuntimeConfig { runtime.current }
+    var configGeneration: Int { runtime.generation }
 
     /// A synchronous reply (fresh hot hit or local answer), or the preparation to go on with.
     func fastPath(_ incoming: IncomingRequest, encoded: Bool) -> ProxyPipeline.FastPath? {
