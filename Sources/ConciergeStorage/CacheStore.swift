@@ -286,7 +286,7 @@ public final class CacheStore: Sendable {
     /// nothing else: invalidations, sweeps and flushes never wait, nor does a stopping writer.
     private func gatherPuts() async {
         let onlyFewPuts = pending.withLock { ops in
-            ops.count < Self.groupCommitSize && ops.allSatisfy { if case .put = $0 { true } else { false } }
+            !ops.isEmpty && ops.count < Self.groupCommitSize && ops.allSatisfy { if case .put = $0 { true } else { false } }
         }
         guard onlyFewPuts, !isStopping else { return }
         try? await Task.sleep(for: Self.groupCommitDelay)
@@ -295,8 +295,13 @@ public final class CacheStore: Sendable {
     private let stopping = Mutex(false)
     var isStopping: Bool { stopping.withLock { $0 } }
 
+    /// Commits what is queued, batch after batch. Puts that arrived while a batch committed
+    /// are gathered like the first ones (``gatherPuts()``), so a steady stream of misses goes
+    /// in transactions of ``groupCommitDelay``'s worth, not in one per commit's duration.
     private func drain() async {
+        var committed = false
         while true {
+            if committed { await gatherPuts() }
             let batch = pending.withLock { ops -> [Operation] in
                 defer { ops.removeAll(keepingCapacity: true) }
                 return ops
@@ -313,6 +318,7 @@ public final class CacheStore: Sendable {
             }
             committedSinceTrim.withLock { $0 += batch.count }
             await commit(batch)
+            committed = true
         }
     }
 
@@ -360,7 +366,7 @@ public final class CacheStore: Sendable {
                             delta.entries += 1
                         }
                         delta.bytes += e.size
-                        let headers = JSONValue.array(e.headers.map { [.string($0.name), .string($0.value)] }).serialized
+                        let headers = JSONValue.serializedPairs(e.headers)
                         let body = e.body.withUnsafeReadableBytes { Data($0) }
                         try upsert.execute(arguments: [e.key, e.endpoint, e.userID, e.status, e.storedAt, e.ttl, e.staleWhileRevalidate,
                                                        e.staleIfError, e.usableUntil, e.version, e.size, now, headers, body])

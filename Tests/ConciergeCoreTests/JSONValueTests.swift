@@ -197,4 +197,14 @@ struct JSONValueTests {
         #expect(JSONValue.parse(Array(data)) == value)
         #expect(try JSONDecoder().decode(JSONValue.self, from: data) == value)
     }
+
+    @Test("serializedPairs writes what an array of two-string arrays serializes to")
+    func serializedPairs() {
+        let pairs: [(name: String, value: String)] = [("Content-Type", "application/json"), ("X-Quote", #"a "b" \ c"#),
+                                                      ("X-Ctl", "tab\there\u{1}"), ("X-Utf8", "caf\u{e9}")]
+        let tree = JSONValue.array(pairs.map { [.string($0.name), .string($0.value)] })
+        #expect(JSONValue.serializedPairs(pairs) == tree.serialized)
+        #expect(JSONValue.parse(JSONValue.serializedPairs(pairs)) == tree)
+        #expect(JSONValue.serializedPairs([]) == "[]")
+    }
 }

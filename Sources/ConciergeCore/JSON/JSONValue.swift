@@ -31,6 +31,24 @@ public enum JSONValue: Sendable, Hashable {
         return out
     }
 
+    /// `[["name","value"],...]`: what `.array` of two-string arrays serializes to, written
+    /// straight from the pairs (the cache writer stores each entry's headers so).
+    public static func serializedPairs(_ pairs: some Sequence<(name: String, value: String)>) -> String {
+        var out: [UInt8] = []
+        out.reserveCapacity(256)
+        out.append(UInt8(ascii: "["))
+        for (i, pair) in pairs.enumerated() {
+            if i > 0 { out.append(UInt8(ascii: ",")) }
+            out.append(UInt8(ascii: "["))
+            writeString(pair.name, into: &out)
+            out.append(UInt8(ascii: ","))
+            writeString(pair.value, into: &out)
+            out.append(UInt8(ascii: "]"))
+        }
+        out.append(UInt8(ascii: "]"))
+        return String(decoding: out, as: UTF8.self)
+    }
+
     func write(into out: inout [UInt8]) {
         switch self {
         case .null: out.append(contentsOf: "null".utf8)
@@ -92,6 +110,10 @@ public enum JSONValue: Sendable, Hashable {
     /// The value at a dotted path (`data.result.id`); array elements by index (`data.list.0`).
     public subscript(path path: String) -> JSONValue? {
         if path.isEmpty { return self }
+        if case .object(let members) = self, !path.utf8.contains(UInt8(ascii: ".")) {
+            // One member (`code`, `errcode`): no split, no copies of the name.
+            return members[path]
+        }
         var current = self
         for component in path.split(separator: ".", omittingEmptySubsequences: false) {
             switch current {
