@@ -62,26 +62,31 @@ extension CachedReply {
     /// enters the hot tier.
     @Sendable static func encodeHead(_ entry: CacheEntry) -> EncodedHead? {
         var upstreamAge = 0
+        let reason = HTTPResponseStatus(statusCode: entry.status).reasonPhrase
+        // The status line's and the framing's fixed parts, numbers at 20 digits each.
+        let capacity = 96 + reason.utf8.count + WireText.size(of: entry.headers)
         var bytes = ByteBuffer()
-        bytes.reserveCapacity(256)
-        bytes.writeStaticString("HTTP/1.1 ")
-        bytes.writeString(String(entry.status))
-        bytes.writeStaticString(" ")
-        bytes.writeString(HTTPResponseStatus(statusCode: entry.status).reasonPhrase)
-        bytes.writeStaticString("\r\n")
-        for (name, value) in entry.headers {
-            if ASCIICase.equals(name, lowercase: "age") {
-                upstreamAge = Int(value.trimmingCharacters(in: .whitespaces)) ?? 0
-                continue
+        bytes.reserveCapacity(capacity)
+        WireText.append(to: &bytes, capacity: capacity) { out in
+            out.put("HTTP/1.1 ")
+            out.put(entry.status)
+            out.put(" ")
+            out.put(reason)
+            out.put("\r\n")
+            for (name, value) in entry.headers {
+                if ASCIICase.equals(name, lowercase: "age") {
+                    upstreamAge = Int(value.trimmingCharacters(in: .whitespaces)) ?? 0
+                    continue
+                }
+                out.put(name)
+                out.put(": ")
+                out.put(value)
+                out.put("\r\n")
             }
-            bytes.writeString(name)
-            bytes.writeStaticString(": ")
-            bytes.writeString(value)
-            bytes.writeStaticString("\r\n")
+            out.put("X-Cache: HIT\r\nContent-Length: ")
+            out.put(entry.body.readableBytes)
+            out.put("\r\n")
         }
-        bytes.writeStaticString("X-Cache: HIT\r\nContent-Length: ")
-        bytes.writeString(String(entry.body.readableBytes))
-        bytes.writeStaticString("\r\n")
         return EncodedHead(bytes: bytes, upstreamAge: max(0, upstreamAge))
     }
 

@@ -322,33 +322,46 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
     /// `Connection: close` when the connection ends) in place of theirs, the body; one flush.
     private func write(_ reply: ProxyReply, version: HTTPVersion, isHead: Bool, keepAlive: Bool, context: ChannelHandlerContext) {
         guard case .buffer(let body) = reply.body, let encoder = encoderContext else { return }
-        var head = context.channel.allocator.buffer(capacity: 256)
-        head.writeStaticString("HTTP/")
-        head.writeString(String(version.major))
-        head.writeStaticString(".")
-        head.writeString(String(version.minor))
-        head.writeStaticString(" ")
-        head.writeString(String(reply.status))
-        head.writeStaticString(" ")
-        head.writeString(HTTPResponseStatus(statusCode: reply.status).reasonPhrase)
-        head.writeStaticString("\r\n")
-        for (name, value) in reply.headers
-        where !ASCIICase.equals(name, lowercase: "content-length") && (keepAlive || !ASCIICase.equals(name, lowercase: "connection")) {
-            head.writeString(name)
-            head.writeStaticString(": ")
-            head.writeString(value)
-            head.writeStaticString("\r\n")
+        let reason = HTTPResponseStatus(statusCode: reply.status).reasonPhrase
+        // The line's and the framing's fixed parts, numbers at 20 digits each.
+        let capacity = 160 + reason.utf8.count + WireText.size(of: reply.headers)
+        // A small body goes in the same buffer: one write, one iovec.
+        let inline = !isHead && body.readableBytes <= Self.inlineBodyBytes
+        var bytes = context.channel.allocator.buffer(capacity: capacity + (inline ? body.readableBytes : 0))
+        WireText.append(to: &bytes, capacity: capacity) { out in
+            out.put("HTTP/")
+            out.put(version.major)
+            out.put(".")
+            out.put(version.minor)
+            out.put(" ")
+            out.put(reply.status)
+            out.put(" ")
+            out.put(reason)
+            out.put("\r\n")
+            for (name, value) in reply.headers
+            where !ASCIICase.equals(name, lowercase: "content-length") && (keepAlive || !ASCIICase.equals(name, lowercase: "connection")) {
+                out.put(name)
+                out.put(": ")
+                out.put(value)
+                out.put("\r\n")
+            }
+            out.put("Content-Length: ")
+            out.put(body.readableBytes)
+            out.put(keepAlive ? "\r\n\r\n" : "\r\nConnection: close\r\n\r\n")
         }
-        head.writeStaticString("Content-Length: ")
-        head.writeString(String(body.readableBytes))
-        head.writeStaticString(keepAlive ? "\r\n\r\n" : "\r\nConnection: close\r\n\r\n")
         if isHead || body.readableBytes == 0 {
-            encoder.writeAndFlush(NIOAny(head), promise: nil)
+            encoder.writeAndFlush(NIOAny(bytes), promise: nil)
+        } else if inline {
+            bytes.writeImmutableBuffer(body)
+            encoder.writeAndFlush(NIOAny(bytes), promise: nil)
         } else {
-            encoder.write(NIOAny(head), promise: nil)
+            encoder.write(NIOAny(bytes), promise: nil)
             encoder.writeAndFlush(NIOAny(body), promise: nil)
         }
     }
+
+    /// Bodies up to this size are copied behind the head they follow.
+    private static var inlineBodyBytes: Int { 16 * 1024 }
 
     /// 408 for a head that never completed: no request to answer through the HTTP layers, so
     /// the bytes go out below the response encoder.

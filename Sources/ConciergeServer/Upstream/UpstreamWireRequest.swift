@@ -36,6 +36,7 @@ struct UpstreamWireRequest: Sendable {
             throw Invalid(description: "the request target holds a space or a control character")
         }
         let bodyLength = body?.readableBytes ?? 0
+        // The request line's and the framing's fixed parts, the length at 20 digits.
         var size = method.utf8.count + target.utf8.count + authority.utf8.count + 96
         var hasHost = false
         var closeAfter = false
@@ -51,8 +52,7 @@ struct UpstreamWireRequest: Sendable {
         let httpMethod = HTTPMethod(rawValue: method)
         var bytes = ByteBuffer()
         bytes.reserveCapacity(size + bodyLength)
-        bytes.writeWithUnsafeMutableBytes(minimumWritableBytes: size) { buffer in
-            var out = Cursor(buffer)
+        WireText.append(to: &bytes, capacity: size) { out in
             out.put(method)
             out.put(" ")
             out.put(target)
@@ -71,42 +71,15 @@ struct UpstreamWireRequest: Sendable {
             switch httpMethod {
             case _ where bodyLength > 0:
                 out.put("Content-Length: ")
-                out.put(String(bodyLength))
+                out.put(bodyLength)
                 out.put("\r\n")
             case .GET, .HEAD, .DELETE, .CONNECT, .TRACE: break
             default: out.put("Content-Length: 0\r\n")
             }
             out.put("\r\n")
-            return out.written
         }
         if let body, bodyLength > 0 { bytes.writeImmutableBuffer(body) }
         return UpstreamWireRequest(method: httpMethod, target: target, bytes: bytes, closeAfter: closeAfter)
-    }
-
-    /// Copies text into a buffer sized beforehand (96 bytes spare for the request line's
-    /// fixed parts and the framing field).
-    private struct Cursor {
-        let buffer: UnsafeMutableRawBufferPointer
-        private(set) var written = 0
-
-        init(_ buffer: UnsafeMutableRawBufferPointer) {
-            self.buffer = buffer
-        }
-
-        mutating func put(_ text: String) {
-            var text = text
-            text.withUTF8 { put(UnsafeRawBufferPointer($0)) }
-        }
-
-        mutating func put(_ text: StaticString) {
-            put(UnsafeRawBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
-        }
-
-        private mutating func put(_ bytes: UnsafeRawBufferPointer) {
-            precondition(written + bytes.count <= buffer.count, "request size miscounted")
-            UnsafeMutableRawBufferPointer(rebasing: buffer[written...]).copyMemory(from: bytes)
-            written += bytes.count
-        }
     }
 
     private static func allBytes(of text: String, satisfy predicate: (UInt8) -> Bool) -> Bool {
