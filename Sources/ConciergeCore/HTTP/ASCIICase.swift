@@ -10,7 +10,14 @@ public enum ASCIICase {
     /// Whether `text` equals `lowercase` (lowercase ASCII), ignoring ASCII case.
     @inlinable
     public static func equals(_ text: String, lowercase: String) -> Bool {
-        text.utf8.count == lowercase.utf8.count && zip(text.utf8, lowercase.utf8).allSatisfy { lowered($0) == $1 }
+        guard text.utf8.count == lowercase.utf8.count else { return false }
+        var (text, lowercase) = (text, lowercase)
+        return text.withUTF8 { a in
+            lowercase.withUTF8 { b in
+                for i in a.indices where lowered(a[i]) != b[i] { return false }
+                return true
+            }
+        }
     }
 
     /// Whether `text` equals one of `lowercase` (lowercase ASCII), ignoring ASCII case.
@@ -22,7 +29,14 @@ public enum ASCIICase {
     /// Whether `a` equals `b`, both in any case, ignoring ASCII case.
     @inlinable
     public static func equals(_ a: String, _ b: String) -> Bool {
-        a.utf8.count == b.utf8.count && zip(a.utf8, b.utf8).allSatisfy { lowered($0) == lowered($1) }
+        guard a.utf8.count == b.utf8.count else { return false }
+        var (a, b) = (a, b)
+        return a.withUTF8 { x in
+            b.withUTF8 { y in
+                for i in x.indices where lowered(x[i]) != lowered(y[i]) { return false }
+                return true
+            }
+        }
     }
 
     /// Whether `text` contains `lowercase` (lowercase ASCII), ignoring ASCII case.
