@@ -107,7 +107,7 @@ public final class CacheStore: Sendable {
     }
 
     /// Hot tier, then SQLite (promoting what it finds).
-    public func lookup(_ key: String) async -> CacheEntry? {
+    nonisolated(nonsending) public func lookup(_ key: String) async -> CacheEntry? {
         if let entry = hotLookup(key) { return entry }
         let hash = KeyHash.of(key)
         guard presence.withLock({ $0.contains(hash) }) else { return nil }

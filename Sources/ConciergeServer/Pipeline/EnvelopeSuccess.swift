@@ -10,7 +10,7 @@ struct EnvelopeSuccess: Sendable {
     let stats: ProxyStats
     let logger: Logger
 
-    func finish(_ upstreamAnswer: ProxyAnswer, response: UpstreamResponse, json: JSONValue?, captured: TokenReply?,
+    nonisolated(nonsending) func finish(_ upstreamAnswer: ProxyAnswer, response: UpstreamResponse, json: JSONValue?, captured: TokenReply?,
                 capture: ConciergeConfig.Capture?, _ p: PreparedRequest, _ attempt: UpstreamExchange.Attempt) async -> UpstreamExchange.Result {
         // A success code was read from the body, so it is JSON.
         guard let json else { return .failure(attempt.answer(LocalReplies.unavailable(p.config), p)) }
@@ -41,7 +41,7 @@ struct EnvelopeSuccess: Sendable {
     }
 
     /// A write endpoint's `invalidates`: shared entries and the current user's.
-    private func invalidate(for endpoint: EndpointPolicy) async {
+    nonisolated(nonsending) private func invalidate(for endpoint: EndpointPolicy) async {
         let user = lifecycle.session.current?.cacheUser
         let scope: InvalidationCriteria.EndpointScope = user.map { .sharedAnd($0) } ?? .sharedOnly
         let removed = (try? await lifecycle.cache.invalidate(.endpoints(endpoint.invalidates, scope: scope))) ?? 0

@@ -9,7 +9,7 @@ import Synchronization
 final class MissCoalescer<Result: Sendable>: Sendable {
     private let waiters = Mutex<[String: [CheckedContinuation<Result?, Never>]]>([:])
 
-    func run(key: String, _ work: @Sendable () async -> Result) async -> Result {
+    nonisolated(nonsending) func run(key: String, _ work: nonisolated(nonsending) @Sendable () async -> Result) async -> Result {
         // The usual case, no one on this key: lead without suspending.
         let leads = waiters.withLock { map -> Bool in
             guard map[key] == nil else { return false }

@@ -55,11 +55,11 @@ public final class ProxyPipeline: Sendable {
         }
     }
 
-    public func handle(_ incoming: IncomingRequest) async -> ProxyAnswer {
+    nonisolated(nonsending) public func handle(_ incoming: IncomingRequest) async -> ProxyAnswer {
         await handle(prepare(incoming))
     }
 
-    func handle(_ preparation: Preparation) async -> ProxyAnswer {
+    nonisolated(nonsending) func handle(_ preparation: Preparation) async -> ProxyAnswer {
         let p: PreparedRequest
         switch preparation {
         case .answer(let answer): return answer
@@ -99,7 +99,7 @@ public final class ProxyPipeline: Sendable {
         var stored: Bool
     }
 
-    private func fetchAndStore(_ p: PreparedRequest, key: String) async -> Fetched {
+    nonisolated(nonsending) private func fetchAndStore(_ p: PreparedRequest, key: String) async -> Fetched {
         let result = await exchange.run(p)
         guard case .success(_, let storable?) = result else { return Fetched(result: result, stored: false) }
         let policy = p.endpoint.cache

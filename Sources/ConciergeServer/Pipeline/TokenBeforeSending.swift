@@ -11,7 +11,7 @@ enum TokenBeforeSending {
         case answer(ProxyReply, BusinessCode?)
     }
 
-    static func decide(_ p: PreparedRequest, refresher: TokenRefresher, session current: SessionTokens?) async -> Decision {
+    nonisolated(nonsending) static func decide(_ p: PreparedRequest, refresher: TokenRefresher, session current: SessionTokens?) async -> Decision {
         let config = p.config.config
         guard let token = p.token else {
             // An app token not fetched yet.

@@ -62,7 +62,7 @@ struct UpstreamExchange: Sendable {
         case done(Result)
     }
 
-    func run(_ p: PreparedRequest) async -> Result {
+    nonisolated(nonsending) func run(_ p: PreparedRequest) async -> Result {
         var attempt = Attempt(token: p.token)
         if p.injects {
             switch await TokenBeforeSending.decide(p, refresher: refresher, session: lifecycle.session.current) {
@@ -107,7 +107,7 @@ struct UpstreamExchange: Sendable {
     }
 
     /// Steps 9–11 for one upstream reply.
-    private func judge(_ response: UpstreamResponse, _ p: PreparedRequest, _ attempt: Attempt) async -> Step {
+    nonisolated(nonsending) private func judge(_ response: UpstreamResponse, _ p: PreparedRequest, _ attempt: Attempt) async -> Step {
         let headers = UpstreamClient.endToEnd(response.headers, dropping: Self.replacedInReplies)
         var upstreamAnswer = attempt.answer(ProxyReply(status: response.status, headers: headers, body: .buffer(response.body)), p)
         if let stale = attempt.token, p.config.config.session.refreshOnStatus.contains(response.status) {
@@ -132,7 +132,7 @@ struct UpstreamExchange: Sendable {
 
     /// Step 10: the business code decides; the whole tree is parsed only when a later step
     /// reads it, else a scan finds just the code.
-    private func readEnvelope(_ response: UpstreamResponse, _ upstreamAnswer: ProxyAnswer, _ p: PreparedRequest,
+    nonisolated(nonsending) private func readEnvelope(_ response: UpstreamResponse, _ upstreamAnswer: ProxyAnswer, _ p: PreparedRequest,
                               _ attempt: Attempt) async -> Step {
         var upstreamAnswer = upstreamAnswer
         let config = p.config.config
@@ -178,7 +178,7 @@ struct UpstreamExchange: Sendable {
 
     /// An expiry signal on a request that carried `stale`: one renewal through the single
     /// flight, then a replay, at most `session.max_replays` times.
-    private func renew(_ p: PreparedRequest, replacing stale: String, _ attempt: Attempt, upstreamAnswer: ProxyAnswer) async -> Step {
+    nonisolated(nonsending) private func renew(_ p: PreparedRequest, replacing stale: String, _ attempt: Attempt, upstreamAnswer: ProxyAnswer) async -> Step {
         let session = p.config.config.session
         guard attempt.replays < session.maxReplays else {
             logger.warning("token still expired after the last replay", metadata: ["endpoint": "\(p.endpoint.name)", "replays": "\(attempt.replays)"])
@@ -198,7 +198,7 @@ struct UpstreamExchange: Sendable {
         }
     }
 
-    private func warn(code: Int, actions: Set<ConciergeConfig.WarningAction>, json: JSONValue?, _ p: PreparedRequest, token: String?) async {
+    nonisolated(nonsending) private func warn(code: Int, actions: Set<ConciergeConfig.WarningAction>, json: JSONValue?, _ p: PreparedRequest, token: String?) async {
         let message = p.config.envelope.message(json) ?? ""
         if actions.contains(.log) {
             logger.warning("warning code from upstream", metadata: ["code": "\(code)", "endpoint": "\(p.endpoint.name)", "msg": "\(message)"])

@@ -19,7 +19,7 @@ protocol ProxyResponder: Sendable {
 
     /// The reply, from the pipeline or Concierge's own routes (`prepared` when the fast path
     /// already prepared the request).
-    func handle(_ incoming: IncomingRequest, prepared: ProxyPipeline.Preparation?) async -> ProxyAnswer
+    nonisolated(nonsending) func handle(_ incoming: IncomingRequest, prepared: ProxyPipeline.Preparation?) async -> ProxyAnswer
 
     /// The request's route, decided once as its head arrives (it says whether the body is
     /// streamed); `nil` for Concierge's own routes, whose bodies are buffered.

@@ -37,7 +37,7 @@ final class ProxyServerContext: ProxyResponder {
         return pipeline.fastPath(incoming, encoded: encoded)
     }
 
-    func handle(_ incoming: IncomingRequest, prepared: ProxyPipeline.Preparation? = nil) async -> ProxyAnswer {
+    nonisolated(nonsending) func handle(_ incoming: IncomingRequest, prepared: ProxyPipeline.Preparation? = nil) async -> ProxyAnswer {
         if incoming.target.hasPrefix(ConciergeRoutes.prefix) {
             return await ownRoutes.handle(incoming)
         }

@@ -4,7 +4,7 @@ import Synchronization
 /// streamed bodies included, and the executor it prefers (its connection's event loop).
 struct RequestWork: Sendable {
     let executor: (any TaskExecutor)?
-    let run: @Sendable () async -> Void
+    let run: nonisolated(nonsending) @Sendable () async -> Void
 }
 
 /// Hands request work from the connections (on their event loops) to the task group of
@@ -97,7 +97,7 @@ struct RequestWorkQueue: Sendable {
 /// at a time, and this is on every request's path (the stream's generic storage cost a miss
 /// about 8,000 instructions in metadata lookups and locking).
 final class ConnectionLane: Sendable {
-    typealias Work = @Sendable () async -> Void
+    typealias Work = nonisolated(nonsending) @Sendable () async -> Void
 
     private struct State {
         var queued: [Work] = []  // one request at a time; more only in a race with a close

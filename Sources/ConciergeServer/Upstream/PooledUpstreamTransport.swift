@@ -21,7 +21,7 @@ public final class PooledUpstreamTransport: UpstreamTransport {
         self.upstreams = upstreams
     }
 
-    public func send(_ request: UpstreamRequest, maxBody: Int) async throws(UpstreamFailure) -> UpstreamResponse {
+    nonisolated(nonsending) public func send(_ request: UpstreamRequest, maxBody: Int) async throws(UpstreamFailure) -> UpstreamResponse {
         if case .stream = request.body {
             return try await client.send(request, maxBody: maxBody, tlsConfiguration: tlsConfiguration(for: request.url))
         }

@@ -6,7 +6,7 @@ import AsyncHTTPClient
 public protocol UpstreamTransport: Sendable {
     /// Sends a request and buffers the reply up to `maxBody` bytes; `request.timeout` bounds
     /// the whole exchange.
-    func send(_ request: UpstreamRequest, maxBody: Int) async throws(UpstreamFailure) -> UpstreamResponse
+    nonisolated(nonsending) func send(_ request: UpstreamRequest, maxBody: Int) async throws(UpstreamFailure) -> UpstreamResponse
 
     /// Sends a request and hands back the reply with its body still streaming.
     func stream(_ request: UpstreamRequest) async throws(UpstreamFailure) -> HTTPClientResponse
