@@ -1,5 +1,6 @@
 @testable import ConciergeCore
 import Foundation
+import NIOHTTP1
 import Testing
 
 @Suite("JSONValue")
@@ -200,11 +201,11 @@ struct JSONValueTests {
 
     @Test("serializedPairs writes what an array of two-string arrays serializes to")
     func serializedPairs() {
-        let pairs: [(name: String, value: String)] = [("Content-Type", "application/json"), ("X-Quote", #"a "b" \ c"#),
-                                                      ("X-Ctl", "tab\there\u{1}"), ("X-Utf8", "caf\u{e9}")]
+        let pairs = HTTPHeaders([("Content-Type", "application/json"), ("X-Quote", #"a "b" \ c"#),
+                                 ("X-Ctl", "tab\there\u{1}"), ("X-Utf8", "caf\u{e9}")])
         let tree = JSONValue.array(pairs.map { [.string($0.name), .string($0.value)] })
         #expect(JSONValue.serializedPairs(pairs) == tree.serialized)
         #expect(JSONValue.parse(JSONValue.serializedPairs(pairs)) == tree)
-        #expect(JSONValue.serializedPairs([]) == "[]")
+        #expect(JSONValue.serializedPairs(HTTPHeaders()) == "[]")
     }
 }

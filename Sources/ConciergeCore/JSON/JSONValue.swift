@@ -1,4 +1,5 @@
 import Foundation
+import NIOHTTP1
 
 /// A JSON document as a value: what the envelope reader, templates, validation and
 /// unwrap work on.
@@ -33,16 +34,18 @@ public enum JSONValue: Sendable, Hashable {
 
     /// `[["name","value"],...]`: what `.array` of two-string arrays serializes to, written
     /// straight from the pairs (the cache writer stores each entry's headers so).
-    public static func serializedPairs(_ pairs: some Sequence<(name: String, value: String)>) -> String {
+    public static func serializedPairs(_ pairs: HTTPHeaders) -> String {
         var out: [UInt8] = []
         out.reserveCapacity(256)
         out.append(UInt8(ascii: "["))
-        for (i, pair) in pairs.enumerated() {
-            if i > 0 { out.append(UInt8(ascii: ",")) }
+        var first = true
+        for (name, value) in pairs {
+            if !first { out.append(UInt8(ascii: ",")) }
+            first = false
             out.append(UInt8(ascii: "["))
-            writeString(pair.name, into: &out)
+            writeString(name, into: &out)
             out.append(UInt8(ascii: ","))
-            writeString(pair.value, into: &out)
+            writeString(value, into: &out)
             out.append(UInt8(ascii: "]"))
         }
         out.append(UInt8(ascii: "]"))
