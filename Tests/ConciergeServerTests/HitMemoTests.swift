@@ -70,8 +70,7 @@ struct HitMemoTests {
         remembered(memo)
         runtime.replace(with: try ConfigLoader.parse(yaml: Self.yaml))
         #expect(memo.recipe(for: request(), route: runtime.route(method: "GET", target: "/items?a=1"), session: user) == nil)
-        var elsewhere = route
-        elsewhere.environment = "other"
+        let elsewhere = PreparedRequest.Route(method: "GET", target: "/items?a=1", config: route.config, environment: "other")
         #expect(memo.recipe(for: request(), route: elsewhere, session: user) == nil)
     }
 

@@ -49,10 +49,12 @@ public struct PreparedRequest: Sendable {
 
     /// A request's endpoint under one configuration snapshot: decided once, when the head
     /// arrives (it also says whether the body is streamed), and used for the whole request.
-    public struct Route: Sendable {
-        public var config: RuntimeConfig
-        public var environment: String
-        public var endpoint: EndpointPolicy
+    /// A class: a route travels with its request (the head's memo, the incoming request, the
+    /// hit memo), and a copy is then one retain.
+    public final class Route: Sendable {
+        public let config: RuntimeConfig
+        public let environment: String
+        public let endpoint: EndpointPolicy
 
         public init(method: String, target: String, config: RuntimeConfig, environment: String) {
             let path = target.utf8.firstIndex(of: UInt8(ascii: "?")).map { String(target[..<$0]) } ?? target

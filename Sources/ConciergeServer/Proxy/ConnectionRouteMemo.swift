@@ -16,10 +16,14 @@ struct ConnectionRouteMemo {
     }
 
     /// A head's method and path, and its route.
-    private struct Routed {
+    private final class Routed {
         let method: HTTPMethod
-        let path: String
+        let path: [UInt8]
         let route: PreparedRequest.Route?
+
+        init(method: HTTPMethod, path: [UInt8], route: PreparedRequest.Route?) {
+            (self.method, self.path, self.route) = (method, path, route)
+        }
     }
 
     private var last: Last?
@@ -37,13 +41,21 @@ struct ConnectionRouteMemo {
     /// The route of `target` (see ``ProxyResponder/route(method:target:)``), under the
     /// configuration ``config(_:)`` returned last.
     mutating func route(_ method: HTTPMethod, target: String, _ responder: some ProxyResponder) -> PreparedRequest.Route? {
-        let path = target.utf8.firstIndex(of: UInt8(ascii: "?")).map { target[..<$0] } ?? target[...]
-        if let routed = last?.routed, routed.method == method, routed.path.utf8.elementsEqual(path.utf8) {
-            return routed.route
+        var target = target
+        let routed = last?.routed
+        // The path's bytes (up to `?`) compared in place: no copy of the path per head.
+        let (same, path) = target.withUTF8 { bytes -> (Bool, [UInt8]?) in
+            let end = bytes.firstIndex(of: UInt8(ascii: "?")) ?? bytes.endIndex
+            let path = UnsafeBufferPointer(rebasing: bytes[..<end])
+            if let routed, routed.method == method, routed.path.withUnsafeBufferPointer({ $0.elementsEqual(path) }) {
+                return (true, nil)
+            }
+            return (false, Array(path))
         }
+        if same, let routed { return routed.route }
         let route = responder.route(method: method.wireName, target: target)
-        if var current = last {
-            current.routed = Routed(method: method, path: String(path), route: route)
+        if var current = last, let path {
+            current.routed = Routed(method: method, path: path, route: route)
             last = current
         }
         return route

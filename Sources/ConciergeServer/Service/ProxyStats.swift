@@ -1,4 +1,5 @@
 import ConciergeCore
+import NIOPosix
 import Prometheus
 import Synchronization
 
@@ -98,16 +99,35 @@ public final class ProxyStats: Sendable {
         }
         if report.replays > 0 { increment(.replays, by: report.replays) }
         let key = RequestKey(endpoint: report.endpoint, cache: report.cache, status: status)
+        counter(for: key).increment()
+        requestLatency.recordNanoseconds(duration.nanoseconds)
+    }
+
+    /// The last request key this thread counted and its counter: a run of requests of one
+    /// kind (an event loop serving hits of one endpoint) skips the shared map and its lock.
+    private final class LastCounter: Sendable {
+        let key: RequestKey
+        let counter: Prometheus.Counter
+
+        init(key: RequestKey, counter: Prometheus.Counter) {
+            (self.key, self.counter) = (key, counter)
+        }
+    }
+
+    private let lastCounter = ThreadSpecificVariable<LastCounter>()
+
+    private func counter(for key: RequestKey) -> Prometheus.Counter {
+        if let last = lastCounter.currentValue, last.key == key { return last.counter }
         let counter = requestsByStatus.withLock { map -> Prometheus.Counter in
             if let c = map[key] { return c }
             let c = registry.makeCounter(name: "concierge_requests_by_endpoint_total",
-                                         labels: [("endpoint", report.endpoint), ("cache", report.cache?.rawValue ?? "NONE"), ("status", "\(status)")],
+                                         labels: [("endpoint", key.endpoint), ("cache", key.cache?.rawValue ?? "NONE"), ("status", "\(key.status)")],
                                          help: "Client requests by endpoint, cache status and HTTP status.")
             map[key] = c
             return c
         }
-        counter.increment()
-        requestLatency.recordNanoseconds(duration.nanoseconds)
+        lastCounter.currentValue = LastCounter(key: key, counter: counter)
+        return counter
     }
 
     public func recordUpstream(duration: Duration) {
