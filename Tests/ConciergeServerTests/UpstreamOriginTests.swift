@@ -85,4 +85,19 @@ struct UpstreamOriginTests {
             try UpstreamWireRequest.encode(method: "GET", target: "/x", authority: "h", headers: ["X-Tab": "a\tb", "X-Utf8": "caf\u{e9}"], body: nil)
         }
     }
+
+    @Test("the per-thread memo splits every URL as the full parse does, across origins and CA files")
+    func memoMatchesParse() {
+        let memo = UpstreamOrigin.Memo()
+        let urls = ["http://127.0.0.1:8080/a?x=1", "http://127.0.0.1:8080/b", "http://127.0.0.1:80801/c", "http://127.0.0.1:8080",
+                    "http://127.0.0.1:8080?q=1", "http://127.0.0.1:8080/d#frag", "http://127.0.0.1:8080@evil/e", "HTTP://127.0.0.1:8080/f",
+                    "https://api.example.com/g", "https://api.example.com/h", "http://[::1]:9/i", "http://[::1]:9/j", "ftp://h/x"]
+        for caFile in [nil, "/etc/ca.pem", "/etc/other.pem"] {
+            for url in urls + urls.reversed() {
+                let full = UpstreamOrigin.parse(url, caFile: caFile)
+                let remembered = memo.parse(url, caFile: caFile)
+                #expect(remembered?.origin == full?.origin && remembered?.target == full?.target, "\(url) \(caFile ?? "-")")
+            }
+        }
+    }
 }

@@ -218,10 +218,9 @@ struct UpstreamExchange: Sendable {
     /// Headers kept with a stored entry. The upstream's `Date` and `Age` stay: a cached
     /// reply carries that `Date` and an `Age` that adds the upstream's (see ``CachedReply``).
     static func storedHeaders(_ headers: HTTPHeaders) -> HTTPHeaders {
-        var kept = HTTPHeaders()
-        kept.reserveCapacity(headers.count)
-        for (name, value) in headers where !ASCIICase.equalsAny(name, lowercase: notStored) {
-            kept.add(name: name, value: value)
+        var kept = headers
+        for (name, _) in headers where ASCIICase.equalsAny(name, lowercase: notStored) {
+            kept.remove(name: name)
         }
         return kept
     }

@@ -173,12 +173,15 @@ public final class UpstreamClient: Sendable {
         for (name, value) in headers where ASCIICase.equals(name, lowercase: "connection") {
             for token in value.split(separator: ",") { named.append(token.trimmingCharacters(in: .whitespaces).lowercased()) }
         }
-        var out = HTTPHeaders()
-        out.reserveCapacity(headers.count)
-        for (name, value) in headers
-        where !isHopByHop(name) && !ASCIICase.equalsAny(name, lowercase: extra) && !ASCIICase.equalsAny(name, lowercase: named) {
-            out.add(name: name, value: value)
+        // Usually a field or two goes: the others stay in place (no rebuilt list, no re-add).
+        var dropped: [String] = []
+        for (name, _) in headers
+        where isHopByHop(name) || ASCIICase.equalsAny(name, lowercase: extra) || ASCIICase.equalsAny(name, lowercase: named) {
+            dropped.append(name)
         }
+        guard !dropped.isEmpty else { return headers }
+        var out = headers
+        for name in dropped { out.remove(name: name) }
         return out
     }
 }

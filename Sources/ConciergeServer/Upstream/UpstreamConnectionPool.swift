@@ -51,6 +51,7 @@ public final class UpstreamConnectionPool: Sendable {
     private let loops: [Loop]
     private let nextLoop = Atomic<Int>(0)
     private let nextRequest = Atomic<Int>(0)
+    private let origins = UpstreamOrigin.Memo()
 
     public init(group: any EventLoopGroup, configuration: Configuration = .init()) {
         let tls = UpstreamTLSContexts()
@@ -69,7 +70,7 @@ public final class UpstreamConnectionPool: Sendable {
     ///
     /// - Parameter caFile: the PEM file trusted for an https origin instead of the system store.
     nonisolated(nonsending) public func send(_ request: UpstreamRequest, maxBody: Int, caFile: String? = nil) async throws(UpstreamFailure) -> UpstreamResponse {
-        guard let (origin, target) = UpstreamOrigin.parse(request.url, caFile: caFile) else {
+        guard let (origin, target) = origins.parse(request.url, caFile: caFile) else {
             throw .unreachable("not an http:// or https:// URL: \(request.url)")
         }
         let body: ByteBuffer?

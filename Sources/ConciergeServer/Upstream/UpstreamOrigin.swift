@@ -1,5 +1,6 @@
 import NIOCore
 import NIOHTTP1
+import NIOPosix
 
 /// Where pooled upstream connections go: scheme, host and port, and for https the CA file
 /// trusted instead of the system store. Connections are pooled per origin (and event loop).
@@ -40,6 +41,39 @@ struct UpstreamOrigin: Hashable, Sendable, CustomStringConvertible {
             return nil
         }
         return (UpstreamOrigin(isTLS: isTLS, host: host, port: port, caFile: isTLS ? caFile : nil, authority: authority), target)
+    }
+
+    /// ``parse(_:caFile:)`` remembering, per thread, the origin of the last URL: a request to
+    /// the same origin (nearly every one) then costs a prefix compare and the target's copy.
+    final class Memo: Sendable {
+        private final class Last: Sendable {
+            /// The URL up to the end of its authority (`http://host:port`).
+            let prefix: String
+            let origin: UpstreamOrigin
+
+            init(prefix: String, origin: UpstreamOrigin) {
+                (self.prefix, self.origin) = (prefix, origin)
+            }
+        }
+
+        private let last = ThreadSpecificVariable<Last>()
+
+        func parse(_ url: String, caFile: String?) -> (origin: UpstreamOrigin, target: String)? {
+            if let last = last.currentValue, last.origin.caFile == (last.origin.isTLS ? caFile : nil), url.hasPrefix(last.prefix) {
+                let rest = url.utf8.dropFirst(last.prefix.utf8.count)
+                // A target as the full parse leaves it: starts with `/`, no fragment.
+                if rest.first == UInt8(ascii: "/"), !rest.contains(UInt8(ascii: "#")) {
+                    return (last.origin, String(Substring(rest)))
+                }
+            }
+            guard let parsed = UpstreamOrigin.parse(url, caFile: caFile) else { return nil }
+            let scheme = parsed.origin.isTLS ? "https://" : "http://"
+            // Only a URL spelled as the origin would be (scheme in lowercase) is remembered.
+            if url.hasPrefix(scheme + parsed.origin.authority) {
+                last.currentValue = Last(prefix: scheme + parsed.origin.authority, origin: parsed.origin)
+            }
+            return parsed
+        }
     }
 
     /// `true` for `https://`, `false` for `http://` (scheme in any case), nil for anything else.
