@@ -218,11 +218,12 @@ struct UpstreamExchange: Sendable {
     /// Headers kept with a stored entry. The upstream's `Date` and `Age` stay: a cached
     /// reply carries that `Date` and an `Age` that adds the upstream's (see ``CachedReply``).
     static func storedHeaders(_ headers: HTTPHeaders) -> HTTPHeaders {
-        var kept = headers
-        for (name, _) in headers where ASCIICase.equalsAny(name, lowercase: notStored) {
-            kept.remove(name: name)
+        var kept: [(String, String)] = []
+        kept.reserveCapacity(headers.count)
+        for (name, value) in headers where !ASCIICase.equalsAny(name, lowercase: notStored) {
+            kept.append((name, value))
         }
-        return kept
+        return kept.count == headers.count ? headers : HTTPHeaders(kept)
     }
 
     /// Reply headers never stored (lowercase).

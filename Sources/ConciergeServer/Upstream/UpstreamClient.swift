@@ -173,15 +173,14 @@ public final class UpstreamClient: Sendable {
         for (name, value) in headers where ASCIICase.equals(name, lowercase: "connection") {
             for token in value.split(separator: ",") { named.append(token.trimmingCharacters(in: .whitespaces).lowercased()) }
         }
-        // Usually a field or two goes: the others stay in place (no rebuilt list, no re-add).
-        var dropped: [String] = []
-        for (name, _) in headers
-        where isHopByHop(name) || ASCIICase.equalsAny(name, lowercase: extra) || ASCIICase.equalsAny(name, lowercase: named) {
-            dropped.append(name)
+        // Built as a list, then wrapped: `HTTPHeaders.add` checks each name again, and
+        // `remove(name:)` rewrites the whole list per name.
+        var kept: [(String, String)] = []
+        kept.reserveCapacity(headers.count)
+        for (name, value) in headers
+        where !isHopByHop(name) && !ASCIICase.equalsAny(name, lowercase: extra) && !ASCIICase.equalsAny(name, lowercase: named) {
+            kept.append((name, value))
         }
-        guard !dropped.isEmpty else { return headers }
-        var out = headers
-        for name in dropped { out.remove(name: name) }
-        return out
+        return kept.count == headers.count ? headers : HTTPHeaders(kept)
     }
 }
