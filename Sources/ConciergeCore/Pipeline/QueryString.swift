@@ -107,9 +107,10 @@ public enum QueryString {
     /// The canonical parameter string shared by cache keys and signatures: encoded pairs
     /// sorted by encoded name, then encoded value, joined as `k=v&k=v`.
     public static func canonical<S: Sequence>(_ params: S) -> String where S.Element == Param {
-        // Encoded text is ASCII, where byte order is String order: compare bytes.
+        // Encoded text is ASCII, where String order is byte order (and `<` compares ASCII
+        // strings as bytes, without the per-byte iteration of a UTF-8 view).
         let pairs = params.map { (percentEncode($0.name), percentEncode($0.value)) }.sorted { a, b in
-            a.0 != b.0 ? a.0.utf8.lexicographicallyPrecedes(b.0.utf8) : a.1.utf8.lexicographicallyPrecedes(b.1.utf8)
+            a.0 != b.0 ? a.0 < b.0 : a.1 < b.1
         }
         return joined(pairs)
     }
