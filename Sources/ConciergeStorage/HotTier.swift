@@ -96,8 +96,14 @@ public final class HotTier: Sendable {
             remove(entry.key)
             return
         }
-        state.withLock { s in
-            if let i = s.index[entry.key] { s.remove(i) }
+        // What leaves the tier is released after the lock: freeing an entry's buffers is not
+        // work the other event loops' lookups should wait for.
+        let left = state.withLock { s -> [CacheEntry] in
+            var left: [CacheEntry] = []
+            if let i = s.index[entry.key] {
+                left.append(s.nodes[i]!.entry)
+                s.remove(i)
+            }
             let node = Node(entry: entry, size: size, reportedAccess: 0, prev: -1, next: -1)
             let i: Int
             if let f = s.free.popLast() { s.nodes[f] = node; i = f } else { s.nodes.append(node); i = s.nodes.count - 1 }
@@ -105,9 +111,12 @@ public final class HotTier: Sendable {
             s.pushFront(i)
             s.bytes += size
             while s.bytes > capacityBytes, s.tail >= 0, s.tail != i {
+                left.append(s.nodes[s.tail]!.entry)
                 s.remove(s.tail)
             }
+            return left
         }
+        withExtendedLifetime(left) {}
     }
 
     public func remove(_ key: String) {
