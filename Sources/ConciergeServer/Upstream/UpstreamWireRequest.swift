@@ -94,20 +94,9 @@ struct UpstreamWireRequest: Sendable {
         value.split(separator: ",").contains { $0.trimmingCharacters(in: .whitespaces).lowercased() == "close" }
     }
 
-    /// RFC 9110 §5.6.2: one or more tchar.
+    /// RFC 9110 §5.6.2: one or more tchar (``HTTPFieldSyntax/isTokenCharacter(_:)``), read
+    /// through `withUTF8`.
     static func isToken(_ text: String) -> Bool {
-        !text.isEmpty && allBytes(of: text) { byte in
-            switch byte {
-            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"):
-                return true
-            case UInt8(ascii: "!"), UInt8(ascii: "#"), UInt8(ascii: "$"), UInt8(ascii: "%"), UInt8(ascii: "&"), UInt8(ascii: "'"),
-                 UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "^"), UInt8(ascii: "_"),
-                 UInt8(ascii: "`"), UInt8(ascii: "|"), UInt8(ascii: "~"):
-                return true
-            default:
-                return false
-            }
-        }
+        !text.isEmpty && allBytes(of: text, satisfy: HTTPFieldSyntax.isTokenCharacter)
     }
-
 }
