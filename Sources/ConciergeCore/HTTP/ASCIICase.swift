@@ -23,7 +23,12 @@ public enum ASCIICase {
     /// Whether `text` equals one of `lowercase` (lowercase ASCII), ignoring ASCII case.
     @inlinable
     public static func equalsAny(_ text: String, lowercase: [String]) -> Bool {
-        lowercase.contains { equals(text, lowercase: $0) }
+        // Lengths first: most names match none, and most candidates differ in length.
+        let count = text.utf8.count
+        for candidate in lowercase where candidate.utf8.count == count && equals(text, lowercase: candidate) {
+            return true
+        }
+        return false
     }
 
     /// Whether `a` equals `b`, both in any case, ignoring ASCII case.
