@@ -23,3 +23,14 @@ struct ASCIICaseTests {
         #expect(ASCIICase.contains("anything", lowercase: ""))
     }
 }
+
+@Suite("Field lists")
+struct FieldListTests {
+    @Test("elements are split on commas, trimmed and lowercased")
+    func elements() {
+        #expect(FieldList.elements("Keep-Alive, CLOSE") == ["keep-alive", "close"])
+        #expect(FieldList.elements("gzip,,chunked") == ["gzip", "chunked"])
+        #expect(FieldList.elements("a, ,b") == ["a", "", "b"])
+        #expect(FieldList.elements("").isEmpty)
+    }
+}

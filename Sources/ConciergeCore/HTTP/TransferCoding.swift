@@ -10,7 +10,7 @@ public enum TransferCoding: Equatable, Sendable {
     /// Classifies the values of every `Transfer-Encoding` field of a request.
     public static func of(_ values: [String]) -> TransferCoding {
         guard !values.isEmpty else { return .none }
-        let codings = values.flatMap { $0.split(separator: ",") }.map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
+        let codings = values.flatMap(FieldList.elements)
         if codings == ["chunked"] { return .chunked }
         return .unsupported(codings.joined(separator: ", "))
     }

@@ -238,9 +238,7 @@ struct UpstreamExchange: Sendable {
             return false
         }
         for value in headers["vary"] {
-            for field in value.split(separator: ",") where field.trimmingCharacters(in: .whitespaces).lowercased() != "accept-encoding" {
-                return false
-            }
+            if FieldList.elements(value).contains(where: { $0 != "accept-encoding" }) { return false }
         }
         return true
     }

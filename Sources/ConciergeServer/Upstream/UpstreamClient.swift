@@ -171,7 +171,7 @@ public final class UpstreamClient: Sendable {
     static func endToEnd(_ headers: HTTPHeaders, dropping extra: [String] = []) -> HTTPHeaders {
         var named: [String] = []
         for (name, value) in headers where ASCIICase.equals(name, lowercase: "connection") {
-            for token in value.split(separator: ",") { named.append(token.trimmingCharacters(in: .whitespaces).lowercased()) }
+            named += FieldList.elements(value)
         }
         // Built as a list, then wrapped: `HTTPHeaders.add` checks each name again, and
         // `remove(name:)` rewrites the whole list per name.

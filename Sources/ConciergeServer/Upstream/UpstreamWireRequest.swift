@@ -91,7 +91,7 @@ struct UpstreamWireRequest: Sendable {
     private static let framing = ["content-length", "transfer-encoding"]
 
     private static func asksToClose(_ value: String) -> Bool {
-        value.split(separator: ",").contains { $0.trimmingCharacters(in: .whitespaces).lowercased() == "close" }
+        FieldList.elements(value).contains("close")
     }
 
     /// RFC 9110 §5.6.2: one or more tchar (``HTTPFieldSyntax/isTokenCharacter(_:)``), read
