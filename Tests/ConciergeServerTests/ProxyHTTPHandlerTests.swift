@@ -110,6 +110,94 @@ struct ProxyHTTPHandlerTests {
         connection.finish()
     }
 
+    // Pipelining with the semantics of NIO's HTTPServerPipelineHandler (its tests
+    // testLegitRequestFollowedByParserErrorArrivingWhilstResponseOutstanding,
+    // testParserErrorOnly, testHalfCloseWithQueuedRequests and their kin).
+    static let garbage = "GET /next HTTP/1.1\r\nNot a header line\r\n\r\n"
+
+    @Test("a valid request followed by garbage in one write gets its reply, then the 400, then the close")
+    func legitRequestFollowedByParserErrorWhileReplyOutstanding() throws {
+        let connection = try EmbeddedProxyConnection()
+        try connection.send("GET /slow/first HTTP/1.1\r\n" + Self.host + "\r\n" + Self.garbage)
+        #expect(connection.responder.waiting == ["/slow/first"])
+        #expect(try connection.written().isEmpty, "the error waits behind the reply owed")
+        #expect(connection.isActive)
+        connection.responder.answer("/slow/first", with: "first")
+        connection.settle()
+        let written = try connection.written()
+        let replies = written.components(separatedBy: "HTTP/1.1 ").filter { !$0.isEmpty }
+        #expect(replies.count == 2)
+        #expect(replies.first?.hasPrefix("200 OK\r\n") == true)
+        #expect(replies.first?.hasSuffix("first") == true)
+        #expect(replies.last?.hasPrefix("400 Bad Request\r\n") == true)
+        #expect(!connection.isActive)
+        connection.finish()
+    }
+
+    @Test("a hit answered on the event loop followed by garbage gets its reply, then the 400")
+    func hitFollowedByParserError() throws {
+        let connection = try EmbeddedProxyConnection()
+        try connection.send("GET /fast/one HTTP/1.1\r\n" + Self.host + "\r\n" + Self.garbage)
+        let written = try connection.written()
+        #expect(written.hasPrefix("HTTP/1.1 200 OK\r\n"))
+        #expect(written.contains("fast /fast/one"))
+        #expect(written.range(of: "HTTP/1.1 400 Bad Request\r\n").map { $0.lowerBound > written.range(of: "fast /fast/one")!.lowerBound } == true)
+        #expect(!connection.isActive)
+        connection.finish()
+    }
+
+    @Test("garbage alone is answered 400 at once and the connection closes")
+    func parserErrorOnly() throws {
+        let connection = try EmbeddedProxyConnection()
+        try connection.send(Self.garbage)
+        #expect(try connection.written().hasPrefix("HTTP/1.1 400 Bad Request\r\n"))
+        #expect(!connection.isActive)
+        #expect(connection.responder.fastPathCalls.isEmpty)
+        connection.finish()
+    }
+
+    @Test("a client that half-closes after pipelining two requests gets both replies, in order, then the close")
+    func halfCloseWithQueuedRequests() throws {
+        let connection = try EmbeddedProxyConnection()
+        try connection.send("GET /slow/first HTTP/1.1\r\n" + Self.host + "\r\nGET /slow/second HTTP/1.1\r\n" + Self.host + "\r\n")
+        connection.halfClose()
+        #expect(connection.isActive, "replies are still owed")
+        #expect(connection.responder.waiting == ["/slow/first"])
+        connection.responder.answer("/slow/first", with: "first")
+        connection.settle()
+        #expect(try connection.written().hasSuffix("first"))
+        #expect(connection.isActive, "the second reply is still owed")
+        #expect(connection.responder.waiting == ["/slow/second"])
+        connection.responder.answer("/slow/second", with: "second")
+        connection.settle()
+        #expect(try connection.written().hasSuffix("second"))
+        #expect(!connection.isActive)
+        connection.finish()
+    }
+
+    @Test("a half-close while a reply is produced closes the connection once that reply is out")
+    func halfCloseWhileReplyOutstanding() throws {
+        let connection = try EmbeddedProxyConnection()
+        try connection.send("GET /slow/only HTTP/1.1\r\n" + Self.host + "\r\n")
+        connection.halfClose()
+        #expect(connection.isActive)
+        connection.responder.answer("/slow/only", with: "only")
+        connection.settle()
+        #expect(try connection.written().hasSuffix("only"))
+        #expect(!connection.isActive)
+        connection.finish()
+    }
+
+    @Test("a half-close on an idle connection closes it at once")
+    func halfCloseWhileIdle() throws {
+        let connection = try EmbeddedProxyConnection()
+        try connection.send("GET /fast/one HTTP/1.1\r\n" + Self.host + "\r\n")
+        #expect(try connection.written().hasPrefix("HTTP/1.1 200 OK\r\n"))
+        connection.halfClose()
+        #expect(!connection.isActive)
+        connection.finish()
+    }
+
     @Test("pipelined requests are answered in order: the second reply is written only after the slow first one")
     func pipelinedInOrder() throws {
         let connection = try EmbeddedProxyConnection()
@@ -259,6 +347,12 @@ final class EmbeddedProxyConnection {
 
     func send(_ text: String) throws {
         try channel.writeInbound(ByteBuffer(string: text))
+        settle()
+    }
+
+    /// The client shuts its sending side down, as NIO reports it with half-closure allowed.
+    func halfClose() {
+        channel.pipeline.fireUserInboundEventTriggered(ChannelEvent.inputClosed)
         settle()
     }
 

@@ -11,12 +11,27 @@ import NIOHTTP1
 /// passed in, so a test drives the machine (and the handler, on an `EmbeddedEventLoop`)
 /// through any timeout without waiting.
 ///
-/// - Important: ``ProxyHTTPHandler`` holds back what arrives during
-///   ``State/responding(request:)`` (its own pipelining), so a head normally arrives only when
-///   the machine waits for one. The machine still accepts a head while responding (it starts
-///   the next request), and ``replyFinished(request:keepAlive:now:)`` names the request it is
-///   about, so a late report for an earlier request never ends a later one.
+/// Pipelining is the machine's too, with the semantics of NIO's `HTTPServerPipelineHandler`:
+/// what arrives while a reply is being produced (request parts, a parser error, the client's
+/// half-close) is an ``Inbound`` event that waits in the machine's queue, in order, and is
+/// handed back by ``nextQueued()`` once the reply is out. So a valid request followed by
+/// garbage gets its reply first and then the error reply, and a client that half-closes after
+/// pipelining gets every reply it is owed before the connection closes.
+///
+/// - Important: the handler passes every event through ``admit(_:)`` first. The machine
+///   still accepts a head while responding (it starts the next request), and
+///   ``replyFinished(request:keepAlive:now:)`` names the request it is about, so a late report
+///   for an earlier request never ends a later one.
 struct ProxyConnectionStateMachine {
+    /// What arrives from the client, in the order it arrived.
+    enum Inbound {
+        case part(HTTPServerRequestPart)
+        /// The request decoder failed: nothing after it can be framed.
+        case parserError(HTTPParserError)
+        /// The client closed its side of the connection.
+        case inputClosed
+    }
+
     /// The limits a connection applies; re-read from the configuration for each request.
     struct Limits: Equatable {
         var headerTimeout: TimeAmount
@@ -101,9 +116,61 @@ struct ProxyConnectionStateMachine {
     private(set) var served = 0
     private(set) var limits: Limits
     private var lastRequestID = 0
+    /// Events that arrived while a reply was being produced, in order.
+    private var inbox = CircularBuffer<Inbound>()
+    /// A socket `read` held back while events wait in ``inbox`` (back-pressure on pipelining clients).
+    private var readHeld = false
+    /// The client closed its side: the connection closes once the replies owed are out.
+    private(set) var inputClosed = false
 
     init(limits: Limits) {
         self.limits = limits
+    }
+
+    // MARK: - Pipelining
+
+    /// An event from the client: returned when the handler is to handle it now, `nil` when it
+    /// waits behind the reply being produced (``nextQueued()`` hands it back later).
+    mutating func admit(_ event: Inbound) -> Inbound? {
+        guard isResponding || !inbox.isEmpty else { return event }
+        inbox.append(event)
+        return nil
+    }
+
+    /// After a reply: the next waiting event, unless a reply is being produced again.
+    mutating func nextQueued() -> Inbound? {
+        isResponding ? nil : inbox.popFirst()
+    }
+
+    /// The channel asks to read more: `true` passes the read to the socket. Reading goes on
+    /// while a reply is produced until an event waits (a pipelining client): then the read is
+    /// held until the queue is empty, so at most one read's worth of events waits.
+    mutating func readRequested() -> Bool {
+        guard inbox.isEmpty else {
+            readHeld = true
+            return false
+        }
+        return true
+    }
+
+    /// Once the queue is empty, whether a held read goes to the socket now.
+    mutating func releaseHeldRead() -> Bool {
+        guard readHeld, inbox.isEmpty else { return false }
+        readHeld = false
+        return true
+    }
+
+    /// The client half-closed: an idle connection closes now, a busy one after the replies owed.
+    mutating func inputEnded() -> Action {
+        inputClosed = true
+        return closeIfIdleAfterInputClosed()
+    }
+
+    /// `.close` when the client half-closed, no request is in progress and nothing waits.
+    mutating func closeIfIdleAfterInputClosed() -> Action {
+        guard inputClosed, isWaitingForHead, inbox.isEmpty else { return .none }
+        state = .closed
+        return .close
     }
 
     // MARK: - Events

@@ -12,10 +12,12 @@ import NIOHTTP1
 /// loop) that writes its whole reply back through the channel. A streamed body that breaks
 /// aborts the upstream request (its stream throws) and is answered 400/408.
 ///
-/// Pipelining is the handler's own (NIO's pipelining handler is not installed, so a hit can be
-/// written as ready bytes below the response encoder): while a request is being answered,
-/// what arrives next is queued and reading from the socket paused; once the reply is out the
-/// queue is replayed in order. Replies therefore go out in request order, one at a time.
+/// Pipelining is the machine's (NIO's pipelining handler is not installed, so a hit can be
+/// written as ready bytes below the response encoder): every part, parser error and half-close
+/// goes through ``ProxyConnectionStateMachine/admit(_:)``; while a request is being answered,
+/// what arrives next waits there and reading from the socket pauses; once the reply is out the
+/// waiting events are handled in order. Replies therefore go out in request order, one at a
+/// time, and an error or a half-close never overtakes a reply owed before it.
 final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundIn = HTTPServerResponsePart
@@ -32,12 +34,6 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
     /// request costs a timestamp, not a timer.
     private var deadlineTimer: RepeatedTask?
     private var remoteAddress: String?
-    /// Request parts that arrived while a reply was being written, in order.
-    private var inbox = CircularBuffer<HTTPServerRequestPart>()
-    /// A `read` held back while parts wait in ``inbox`` (back-pressure on pipelining clients).
-    private var readHeld = false
-    /// The client closed its side: close once the replies owed are out.
-    private var inputClosed = false
     /// Where ready bytes are written: below the response encoder.
     private var encoderContext: ChannelHandlerContext?
     /// The `Host` this connection's last request was allowed with (``RequestHeadCheck``).
@@ -84,51 +80,46 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        let part = unwrapInboundIn(data)
-        guard !machine.isResponding, inbox.isEmpty else {
-            inbox.append(part)
-            return
-        }
-        receive(part, context: context)
+        if let event = machine.admit(.part(unwrapInboundIn(data))) { handle(event, context: context) }
     }
 
     /// Reading goes on while a reply is produced, until something arrives for a later request
-    /// (a pipelining client): then reads wait until the replies owed are out. At most one
-    /// read's worth of parts waits in ``inbox``. A client that waits for each reply never
-    /// stops reading, so its socket's readiness is never taken out of epoll and put back
-    /// (two `epoll_ctl` calls per request that goes to the upstream).
+    /// (a pipelining client): then reads wait until the replies owed are out. A client that
+    /// waits for each reply never stops reading, so its socket's readiness is never taken out
+    /// of epoll and put back (two `epoll_ctl` calls per request that goes to the upstream).
     func read(context: ChannelHandlerContext) {
-        if inbox.isEmpty {
-            context.read()
-        } else {
-            readHeld = true
-        }
+        if machine.readRequested() { context.read() }
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if case ChannelEvent.inputClosed = event {
-            inputClosed = true
-            closeIfIdleAfterInputClosed(context: context)
+        if case ChannelEvent.inputClosed = event, let event = machine.admit(.inputClosed) {
+            handle(event, context: context)
         }
         context.fireUserInboundEventTriggered(event)
     }
 
-    /// After a reply: the queued parts in order, until one starts a reply of its own; once
-    /// none waits, a held read goes on.
-    private func resumeAfterReply(context: ChannelHandlerContext) {
-        while !machine.isResponding, let part = inbox.popFirst() {
-            receive(part, context: context)
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if let parserError = error as? HTTPParserError {
+            if let event = machine.admit(.parserError(parserError)) { handle(event, context: context) }
+        } else {
+            execute(machine.connectionFailed(), context: context)
         }
-        guard inbox.isEmpty else { return }
-        if readHeld {
-            readHeld = false
-            context.read()
-        }
-        closeIfIdleAfterInputClosed(context: context)
     }
 
-    private func closeIfIdleAfterInputClosed(context: ChannelHandlerContext) {
-        if inputClosed, machine.isWaitingForHead, inbox.isEmpty { context.close(promise: nil) }
+    private func handle(_ event: ProxyConnectionStateMachine.Inbound, context: ChannelHandlerContext) {
+        switch event {
+        case .part(let part): receive(part, context: context)
+        case .parserError(let error): execute(machine.parserFailed(error), context: context)
+        case .inputClosed: execute(machine.inputEnded(), context: context)
+        }
+    }
+
+    /// After a reply: the waiting events in order, until one starts a reply of its own; once
+    /// none waits, a held read goes on, and a half-closed idle connection closes.
+    private func resumeAfterReply(context: ChannelHandlerContext) {
+        while let event = machine.nextQueued() { handle(event, context: context) }
+        if machine.releaseHeldRead() { context.read() }
+        execute(machine.closeIfIdleAfterInputClosed(), context: context)
     }
 
     private func receive(_ part: HTTPServerRequestPart, context: ChannelHandlerContext) {
@@ -139,14 +130,6 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
             execute(machine.bodyReceived(part, now: context.eventLoop.now), context: context)
         case .end:
             execute(machine.endReceived(now: context.eventLoop.now), context: context)
-        }
-    }
-
-    func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        if let parserError = error as? HTTPParserError {
-            execute(machine.parserFailed(parserError), context: context)
-        } else {
-            execute(machine.connectionFailed(), context: context)
         }
     }
 
