@@ -1,0 +1,90 @@
+import ConciergeCore
+import Foundation
+import GRDB
+
+/// Eviction keeps the cached bytes under 80% of `maxBytes`, so that the file with its SQLite
+/// overhead stays under `maxBytes`; it also starts whenever the database file and its WAL
+/// together exceed `maxBytes`. It runs on the writer, between batches.
+extension CacheWriter {
+    var evictionHighWater: Int { maxBytes / 10 * 8 }
+    var evictionLowWater: Int { maxBytes / 10 * 7 }
+    /// One eviction slice deletes at most this many bytes (or ``evictionSliceRows`` rows) in
+    /// one transaction, then gives at most ``vacuumSlicePages`` pages back and truncates the
+    /// WAL: no transaction, vacuum or checkpoint grows with the size of the cache.
+    static var evictionSliceBytes: Int { 16 << 20 }
+    static var evictionSliceRows: Int { 2000 }
+    static var vacuumSlicePages: Int { 4096 }
+    /// One writer pass spends at most this long evicting, then lets queued writes in.
+    static var evictionPassTime: Duration { .milliseconds(400) }
+
+    var needsEviction: Bool { index.totals.bytes > evictionHighWater || database.fileBytes > maxBytes }
+
+    /// Evicts least recently used entries in bounded slices until the cached bytes are under
+    /// the low-water mark and the file with its WAL under `maxBytes`. A pass stops after
+    /// ``evictionPassTime`` (and at once on shutdown) and wakes the writer to go on later.
+    func evict() async {
+        let passEnd = ContinuousClock.now + Self.evictionPassTime
+        var removedEntries = 0
+        var finished = false
+        do {
+            // A WAL left large by a burst of writes may be all the excess.
+            try await database.pool.writeWithoutTransaction { db in _ = try? db.checkpoint(.truncate) }
+            while !isStopping {
+                let fileExcess = database.fileBytes - maxBytes / 10 * 9
+                let cacheExcess = index.totals.bytes - evictionLowWater
+                let (freePages, pageSize) = try await database.pool.read { db in
+                    (try Int.fetchOne(db, sql: "PRAGMA freelist_count") ?? 0, try Int.fetchOne(db, sql: "PRAGMA page_size") ?? 4096)
+                }
+                // Free pages shrink the file without deleting anything.
+                let rowsExcess = max(cacheExcess, fileExcess - freePages * pageSize)
+                if rowsExcess <= 0 && (fileExcess <= 0 || freePages == 0) {
+                    finished = true
+                    break
+                }
+                let n = rowsExcess > 0 ? try await evictSlice(upTo: min(rowsExcess, Self.evictionSliceBytes)) : 0
+                removedEntries += n
+                try await database.pool.writeWithoutTransaction { db in
+                    try db.execute(sql: "PRAGMA incremental_vacuum(\(Self.vacuumSlicePages))")
+                    _ = try? db.checkpoint(.truncate)
+                }
+                if n == 0 && rowsExcess > 0 && freePages == 0 {
+                    finished = true  // nothing left to evict
+                    break
+                }
+                if ContinuousClock.now >= passEnd { break }
+            }
+            if removedEntries > 0 {
+                logger.debug("evicted least recently used entries", metadata: ["entries": "\(removedEntries)"])
+            }
+        } catch {
+            database.health.recordFailure("eviction", error)
+            return
+        }
+        if !finished && !isStopping { enqueueWake() }
+    }
+
+    /// Deletes least recently used rows worth about `bytes` in one transaction; how many went.
+    private func evictSlice(upTo bytes: Int) async throws -> Int {
+        let evicted = try await database.pool.write { db -> [(key: String, row: KeyIndex.Row)] in
+            var evicted: [(key: String, row: KeyIndex.Row)] = []
+            var removedBytes = 0
+            let select = try db.cachedStatement(sql: "SELECT rowid, key, size FROM cache_entry ORDER BY last_access LIMIT ?")
+            let delete = try db.cachedStatement(sql: "DELETE FROM cache_entry WHERE rowid = ?")
+            for row in try Row.fetchAll(select, arguments: [Self.evictionSliceRows]) where removedBytes < bytes {
+                let key: String = row["key"]
+                let evictedRow = KeyIndex.Row(rowid: row["rowid"], hash: KeyHash.of(key), size: row["size"])
+                try delete.execute(arguments: [evictedRow.rowid])
+                evicted.append((key, evictedRow))
+                removedBytes += evictedRow.size
+            }
+            return evicted
+        }
+        index.update { index in
+            index.beginBatch()
+            for (_, row) in evicted { index.deleted(row) }
+            index.commitBatch()
+        }
+        for (key, _) in evicted { reader.hot.remove(key) }
+        return evicted.count
+    }
+}

@@ -1,0 +1,173 @@
+import ConciergeCore
+import Foundation
+import GRDB
+import GRDBSQLite
+
+/// The writer's SQL: each function changes rows inside the batch's transaction and tells the
+/// ``KeyIndex`` exactly what it changed.
+extension CacheWriter {
+    static let upsertSQL = """
+        INSERT INTO cache_entry (key, endpoint, user_id, status, stored_at, ttl, swr, sie, usable_until, version, size,
+          last_access, headers, body)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+        ON CONFLICT(key) DO UPDATE SET endpoint = excluded.endpoint, user_id = excluded.user_id, status = excluded.status,
+          stored_at = excluded.stored_at, ttl = excluded.ttl, swr = excluded.swr, sie = excluded.sie,
+          usable_until = excluded.usable_until, version = excluded.version, size = excluded.size,
+          last_access = excluded.last_access, headers = excluded.headers, body = excluded.body
+        """
+
+    func put(_ entry: CacheEntry, in db: Database, now: Double) throws {
+        let hash = KeyHash.of(entry.key)
+        var old: KeyIndex.Row?
+        if index.update({ $0.putting(hash) }) {
+            let sizeOf = try db.cachedStatement(sql: "SELECT rowid, size FROM cache_entry WHERE key = ?")
+            if let row = try Row.fetchOne(sizeOf, arguments: [entry.key]) {
+                old = KeyIndex.Row(rowid: row["rowid"], hash: hash, size: row["size"])
+            }
+        }
+        try Self.upsert(entry, lastAccess: now, with: try db.cachedStatement(sql: Self.upsertSQL), in: db)
+        let rowid = old?.rowid ?? db.lastInsertedRowID
+        index.update { $0.stored(rowid: rowid, size: entry.size, replacing: old) }
+    }
+
+    /// Runs the cached upsert for one entry through SQLite's C API: its 14 values bound
+    /// straight from the entry (the body from its buffer, no `Data` copy), instead of through
+    /// `StatementArguments`, which boxes each value and was a third of the writer's time per
+    /// entry. The statement comes from and goes back to GRDB's cache reset, as GRDB leaves
+    /// it; an error is GRDB's `DatabaseError`, as `execute(arguments:)` throws it.
+    static func upsert(_ e: CacheEntry, lastAccess: Double, with statement: Statement, in db: Database) throws {
+        let sql = statement.sqliteStatement
+        defer {
+            sqlite3_reset(sql)
+            sqlite3_clear_bindings(sql)
+        }
+        func text(_ index: Int32, _ value: String?) {
+            guard var value else { return }  // cleared bindings are NULL
+            value.withUTF8 { bytes in
+                _ = sqlite3_bind_text(sql, index, bytes.baseAddress.map { UnsafeRawPointer($0).assumingMemoryBound(to: CChar.self) },
+                                      Int32(bytes.count), transient)
+            }
+        }
+        text(1, e.key)
+        text(2, e.endpoint)
+        text(3, e.userID)
+        sqlite3_bind_int64(sql, 4, Int64(e.status))
+        sqlite3_bind_double(sql, 5, e.storedAt)
+        sqlite3_bind_double(sql, 6, e.ttl)
+        sqlite3_bind_double(sql, 7, e.staleWhileRevalidate)
+        sqlite3_bind_double(sql, 8, e.staleIfError)
+        sqlite3_bind_double(sql, 9, e.usableUntil)
+        sqlite3_bind_int64(sql, 10, Int64(e.version))
+        sqlite3_bind_int64(sql, 11, Int64(e.size))
+        sqlite3_bind_double(sql, 12, lastAccess)
+        text(13, JSONValue.serializedPairs(e.headers))
+        e.body.withUnsafeReadableBytes { bytes in
+            // A zero-length blob, not NULL, for an empty body (as `Data()` bound).
+            _ = sqlite3_bind_zeroblob(sql, 14, 0)
+            if let base = bytes.baseAddress, bytes.count > 0 { _ = sqlite3_bind_blob(sql, 14, base, Int32(bytes.count), transient) }
+        }
+        let code = sqlite3_step(sql)
+        guard code == SQLITE_DONE else {
+            throw DatabaseError(resultCode: ResultCode(rawValue: code), message: String(cString: sqlite3_errmsg(db.sqliteConnection)),
+                                sql: String(cString: sqlite3_sql(sql)))
+        }
+    }
+
+    /// SQLite copies what is bound with this destructor (the bytes need not outlive the call).
+    private static let transient = unsafeBitCast(OpaquePointer(bitPattern: -1), to: sqlite3_destructor_type.self)
+
+    /// Deletes rows matching a SQL condition; returns how many live entries went.
+    func deleteRows(_ db: Database, where whereClause: String, _ arguments: StatementArguments = []) throws -> Int {
+        let before = index.totals.entries
+        let rows = try Row.fetchCursor(db, sql: "DELETE FROM cache_entry WHERE \(whereClause) RETURNING rowid, key, size",
+                                       arguments: arguments)
+        var deleted: [KeyIndex.Row] = []
+        while let row = try rows.next() {
+            deleted.append(KeyIndex.Row(rowid: row["rowid"], hash: KeyHash.of(row["key"] as String), size: row["size"]))
+        }
+        index.update { index in for row in deleted { index.deleted(row) } }
+        return before - index.totals.entries
+    }
+
+    func delete(_ criteria: InvalidationCriteria, _ regex: KeyMatcher?, in db: Database, now: Double) throws -> Int {
+        switch criteria {
+        case .all:
+            let before = index.totals.entries
+            try db.execute(sql: "DELETE FROM cache_entry")
+            index.update { $0.deletedAll() }
+            return before
+        case .user(let user):
+            return try deleteRows(db, where: "user_id = ?", [user])
+        case .endpoints(let names, let scope):
+            let marks = Array(repeating: "?", count: max(1, names.count)).joined(separator: ",")
+            var arguments = StatementArguments(names.isEmpty ? [""] : names)
+            switch scope {
+            case .everyone:
+                return try deleteRows(db, where: "endpoint IN (\(marks))", arguments)
+            case .sharedOnly:
+                return try deleteRows(db, where: "endpoint IN (\(marks)) AND user_id IS NULL", arguments)
+            case .sharedAnd(let user):
+                arguments += [user]
+                return try deleteRows(db, where: "endpoint IN (\(marks)) AND (user_id IS NULL OR user_id = ?)", arguments)
+            }
+        case .pattern:
+            guard let regex else { return 0 }
+            return try deleteMatching(db, regex, now: now)
+        }
+    }
+
+    /// Pattern invalidation: one pass over the key index straight from SQLite's buffers (no
+    /// string per key). Up to ``inlineDeleteLimit`` matches are deleted at once; more are
+    /// doomed (unservable and counted out now) and deleted in slices by later work.
+    func deleteMatching(_ db: Database, _ regex: KeyMatcher, now: Double) throws -> Int {
+        var matched: [KeyIndex.Row] = []
+        let scan = try db.makeStatement(sql: "SELECT rowid, key, size FROM cache_entry")
+        let raw = scan.sqliteStatement
+        defer { sqlite3_reset(raw) }
+        while true {
+            let rc = sqlite3_step(raw)
+            if rc == SQLITE_DONE { break }
+            guard rc == SQLITE_ROW else { throw DatabaseError(resultCode: ResultCode(rawValue: rc), message: "scan failed") }
+            guard let text = sqlite3_column_text(raw, 1) else { continue }
+            let matches = text.withMemoryRebound(to: CChar.self, capacity: 1) { regex.matches(cString: $0) }
+            if matches, !index.isDoomed(sqlite3_column_int64(raw, 0)) {
+                let bytes = UnsafeRawBufferPointer(start: text, count: Int(sqlite3_column_bytes(raw, 1)))
+                matched.append(KeyIndex.Row(rowid: sqlite3_column_int64(raw, 0), hash: KeyHash.of(bytes),
+                                            size: Int(sqlite3_column_int64(raw, 2))))
+            }
+        }
+        guard !matched.isEmpty else { return 0 }
+        if matched.count <= Self.inlineDeleteLimit {
+            let delete = try db.cachedStatement(sql: "DELETE FROM cache_entry WHERE rowid = ?")
+            for row in matched { try delete.execute(arguments: [row.rowid]) }
+            index.update { index in for row in matched { index.deleted(row) } }
+        } else {
+            let token = index.update { $0.doom(matched) }
+            followUp(.deleteDoomed(DoomedRows(rowids: matched.map(\.rowid), token: token, storedUpTo: now)))
+        }
+        return matched.count
+    }
+
+    /// One slice of a doomed deletion; rows stored again since the invalidation are kept.
+    func deleteDoomedSlice(_ rows: DoomedRows, in db: Database) throws {
+        let slice = Array(rows.rowids[rows.next..<min(rows.next + DoomedRows.sliceRows, rows.rowids.count)])
+        let delete = try db.cachedStatement(sql: "DELETE FROM cache_entry WHERE rowid = ? AND stored_at <= ?")
+        for rowid in slice { try delete.execute(arguments: [rowid, rows.storedUpTo]) }
+        index.update { $0.deletedDoomed(slice, token: rows.token) }
+    }
+
+    /// Deletes entries past all their windows and entries whose version is not the current
+    /// one for their endpoint (endpoints not in `versions` are gone from the config).
+    func sweep(_ db: Database, versions: [String: Int], now: Double) throws -> Int {
+        var n = try deleteRows(db, where: "usable_until <= ?", [now])
+        for (endpoint, version) in versions {
+            n += try deleteRows(db, where: "endpoint = ? AND version != ?", [endpoint, version])
+        }
+        let names = Array(versions.keys)
+        if !names.isEmpty {
+            let marks = Array(repeating: "?", count: names.count).joined(separator: ",")
+            n += try deleteRows(db, where: "endpoint NOT IN (\(marks))", StatementArguments(names))
+        }
+        return n
+    }
+}

@@ -1,0 +1,267 @@
+import ConciergeCore
+import Foundation
+import GRDB
+import GRDBSQLite
+import Logging
+import Synchronization
+
+/// The cache's only writer of SQLite and of the ``KeyIndex``: everything that changes stored
+/// entries is a ``Work`` item, queued by callers and applied by ``run()`` in the order asked,
+/// in one transaction per batch (group commit).
+///
+/// Its work kinds: puts, invalidations of every kind, sweeps, the slices of a large
+/// invalidation's delete, and barriers. Eviction (``evict()``) runs between batches. A new
+/// kind of invalidation (by tag, from another node) is one more case of ``Work`` handled in
+/// ``apply(_:in:now:)``, with its row changes told to the index there.
+final class CacheWriter: Sendable {
+    enum Work: Sendable {
+        case put(CacheEntry)
+        case invalidate(InvalidationCriteria, KeyMatcher?, CheckedContinuation<Int, any Error>)
+        case sweep([String: Int], CheckedContinuation<Int, Never>)
+        /// One slice of deleting rows a large invalidation doomed; the rest is queued after it.
+        case deleteDoomed(DoomedRows)
+        case barrier(CheckedContinuation<Void, Never>)
+    }
+
+    /// Rows doomed by one invalidation, deleted by the writer in slices of ``sliceRows``.
+    struct DoomedRows: Sendable {
+        var rowids: [Int64]
+        var next = 0
+        var token: UInt64
+        /// A row stored again after this instant is kept (an upsert gives it a new `stored_at`).
+        var storedUpTo: Double
+        static let sliceRows = 2000
+    }
+
+    let database: StorageDatabase
+    let maxBytes: Int
+    let index: SharedKeyIndex
+    let reader: CacheReader
+    let accesses: AccessLog
+    let clock: WallClock
+    let logger: Logger
+    private let pending = Mutex<[Work]>([])
+    private let stopping = Mutex(false)
+    private let wakeup: AsyncStream<Void>
+    private let wake: AsyncStream<Void>.Continuation
+    private let committedSinceTrim = Mutex(0)
+    /// Work that the current batch asks for once it commits (dropped if it rolls back).
+    private let followUps = Mutex<[Work]>([])
+
+    init(database: StorageDatabase, maxBytes: Int, index: SharedKeyIndex, reader: CacheReader, logger: Logger) {
+        (self.database, self.maxBytes, self.index, self.reader) = (database, maxBytes, index, reader)
+        (accesses, clock, self.logger) = (reader.accesses, reader.clock, logger)
+        (wakeup, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+    }
+
+    /// At most this many entries wait for the writer; more are kept in the hot tier only.
+    static let maxQueuedPuts = 20_000
+    /// Above this many matches a pattern invalidation answers once the rows are unreachable
+    /// (doomed) and deletes them in slices, between other work.
+    static let inlineDeleteLimit = 5000
+    /// Group commit: with only a few puts queued the writer waits this long for more, so one
+    /// transaction carries many entries. Each commit rewrites every index page it touches
+    /// and appends them to the WAL: a busy run of one-entry transactions costs several times
+    /// the writes of the same entries in one. Entries are served from the hot tier meanwhile.
+    static let groupCommitDelay = Duration.milliseconds(5)
+    static let groupCommitSize = 256
+    /// This many writes, once the queue is empty, leave freed memory worth giving back.
+    static let trimAfterOperations = 1000
+
+    // MARK: - Queue
+
+    /// Queues a put unless storage is degraded or the queue is full.
+    func queuePut(_ entry: CacheEntry) -> Bool {
+        guard !database.health.isDegraded else { return false }
+        let accepted = pending.withLock { work -> Bool in
+            guard work.count < Self.maxQueuedPuts else { return false }
+            work.append(.put(entry))
+            return true
+        }
+        if accepted { wake.yield() }
+        return accepted
+    }
+
+    func enqueue(_ work: Work) {
+        pending.withLock { $0.append(work) }
+        wake.yield()
+    }
+
+    /// Wakes the loop with nothing queued (an eviction pass that ran out of time goes on).
+    func enqueueWake() {
+        wake.yield()
+    }
+
+    var isStopping: Bool { stopping.withLock { $0 } }
+
+    /// Queues `work` once the running batch commits.
+    func followUp(_ work: Work) {
+        followUps.withLock { $0.append(work) }
+    }
+
+    // MARK: - Loop
+
+    /// Runs until ``finish()`` (or cancellation), then commits what is queued, large deletes
+    /// included, so no invalidated row outlives the writer.
+    func run() async {
+        for await _ in wakeup {
+            await gatherPuts()
+            await drain()
+            if Task.isCancelled { break }
+        }
+        await drain()
+    }
+
+    func finish() {
+        stopping.withLock { $0 = true }
+        wake.finish()
+    }
+
+    /// Waits ``groupCommitDelay`` when the queue holds fewer than ``groupCommitSize`` puts and
+    /// nothing else: invalidations, sweeps and flushes never wait, nor does a stopping writer.
+    private func gatherPuts() async {
+        let onlyFewPuts = pending.withLock { work in
+            !work.isEmpty && work.count < Self.groupCommitSize && work.allSatisfy { if case .put = $0 { true } else { false } }
+        }
+        guard onlyFewPuts, !isStopping else { return }
+        try? await Task.sleep(for: Self.groupCommitDelay)
+    }
+
+    /// Commits what is queued, batch after batch. Puts that arrived while a batch committed
+    /// are gathered like the first ones, so a steady stream of misses goes in transactions of
+    /// ``groupCommitDelay``'s worth, not in one per commit's duration.
+    private func drain() async {
+        var committed = false
+        while true {
+            if committed { await gatherPuts() }
+            let batch = pending.withLock { work -> [Work] in
+                defer { work.removeAll(keepingCapacity: true) }
+                return work
+            }
+            if batch.isEmpty {
+                // An eviction pass that ran out of time woke the writer to go on.
+                if !isStopping, needsEviction { await evict() }
+                let written = committedSinceTrim.withLock { n -> Int in
+                    defer { if n >= Self.trimAfterOperations { n = 0 } }
+                    return n
+                }
+                if written >= Self.trimAfterOperations { MemoryTrim.returnFreedMemory() }
+                return
+            }
+            committedSinceTrim.withLock { $0 += batch.count }
+            guard await commit(batch) else {
+                // Storage fails (disk full): what must be retried waits, without a wake-up,
+                // for the next batch instead of spinning on the failure.
+                let retry = batch.filter { if case .deleteDoomed = $0 { true } else { false } }
+                pending.withLock { $0.insert(contentsOf: retry, at: 0) }
+                return
+            }
+            committed = true
+        }
+    }
+
+    // MARK: - One batch
+
+    /// Whether the batch committed.
+    private func commit(_ batch: [Work]) async -> Bool {
+        let touches = accesses.take()
+        let now = clock.now
+        var results: [Result<Int, any Error>] = []
+        var wrote = false
+        do {
+            (results, wrote) = try await database.pool.write { db -> ([Result<Int, any Error>], Bool) in
+                let changesBefore = db.totalChangesCount
+                self.index.update { $0.beginBatch() }
+                let results = try batch.map { work in Result<Int, any Error>.success(try self.apply(work, in: db, now: now)) }
+                try self.recordAccesses(touches, in: db)
+                return (results, db.totalChangesCount != changesBefore)
+            }
+            index.update { $0.commitBatch() }
+            for work in followUps.withLock({ list in defer { list.removeAll() }; return list }) { enqueue(work) }
+        } catch {
+            followUps.withLock { $0.removeAll() }
+            // Rate-limited there: a full disk fails every batch.
+            database.health.recordFailure("cache", error)
+            results = batch.map { _ in .failure(error) }
+            await rollBackIndex()
+        }
+        // A transaction that changed nothing proves nothing about the disk.
+        if wrote { database.health.recordSuccess() }
+        if !isStopping, needsEviction { await evict() }
+        finishAfterCommit(batch, results, now: now)
+        return results.allSatisfy { if case .success = $0 { true } else { false } }
+    }
+
+    /// Answers the callers of a committed (or failed) batch and queues what follows from it.
+    private func finishAfterCommit(_ batch: [Work], _ results: [Result<Int, any Error>], now: Double) {
+        var removed: [(InvalidationCriteria, KeyMatcher?)] = []
+        for (work, result) in zip(batch, results) {
+            switch work {
+            case .put: break
+            case .invalidate(let criteria, let regex, let continuation):
+                removed.append((criteria, regex))
+                continuation.resume(with: result)
+            case .sweep(let versions, let continuation):
+                reader.hot.removeAll { entry in entry.usableUntil <= now || versions[entry.endpoint].map { $0 != entry.version } ?? true }
+                continuation.resume(returning: (try? result.get()) ?? 0)
+            case .deleteDoomed(var rows):
+                guard case .success = result else { break }  // retried (``drain()``)
+                rows.next += DoomedRows.sliceRows
+                if rows.next < rows.rowids.count { enqueue(.deleteDoomed(rows)) }
+            case .barrier(let continuation):
+                continuation.resume()
+            }
+        }
+        // A reader may have promoted a row between the first hot-tier removal and the delete.
+        for (criteria, regex) in removed { reader.hot.remove(where: criteria, regex: regex) }
+    }
+
+    /// One work item inside the batch's transaction; the count of entries it removed.
+    private func apply(_ work: Work, in db: Database, now: Double) throws -> Int {
+        switch work {
+        case .put(let entry):
+            try put(entry, in: db, now: now)
+            return 0
+        case .invalidate(let criteria, let regex, _):
+            return try delete(criteria, regex, in: db, now: now)
+        case .sweep(let versions, _):
+            return try sweep(db, versions: versions, now: now)
+        case .deleteDoomed(let rows):
+            try deleteDoomedSlice(rows, in: db)
+            return 0
+        case .barrier:
+            return 0
+        }
+    }
+
+    private func recordAccesses(_ touches: [String: Double], in db: Database) throws {
+        guard !touches.isEmpty else { return }
+        let touch = try db.cachedStatement(sql: "UPDATE cache_entry SET last_access = ? WHERE key = ?")
+        for (key, at) in touches { try touch.execute(arguments: [at, key]) }
+    }
+
+    /// After a failed transaction: the index as SQLite still has it.
+    private func rollBackIndex() async {
+        do {
+            let rows = try await database.pool.read { db in try Self.allRows(db) }
+            index.update { $0.rollBackBatch(recounted: rows) }
+        } catch {
+            logger.error("cache index recount failed", metadata: ["error": "\(error)"])
+            index.update { $0.rollBackBatch(recounted: []) }
+        }
+    }
+
+    /// Every row's id, key hash and size, straight from SQLite's buffers.
+    static func allRows(_ db: Database) throws -> [KeyIndex.Row] {
+        var rows: [KeyIndex.Row] = []
+        let statement = try db.makeStatement(sql: "SELECT rowid, key, size FROM cache_entry")
+        let raw = statement.sqliteStatement
+        defer { sqlite3_reset(raw) }
+        while sqlite3_step(raw) == SQLITE_ROW {
+            guard let text = sqlite3_column_text(raw, 1) else { continue }
+            let hash = KeyHash.of(UnsafeRawBufferPointer(start: text, count: Int(sqlite3_column_bytes(raw, 1))))
+            rows.append(KeyIndex.Row(rowid: sqlite3_column_int64(raw, 0), hash: hash, size: Int(sqlite3_column_int64(raw, 2))))
+        }
+        return rows
+    }
+}
