@@ -32,6 +32,8 @@ public final class ConciergeTestRig: Sendable {
     public let directory: String
     public let configPath: String
     public let logs: LogSink
+    /// The clock the daemon stores and judges entries by, when the test moves time itself.
+    public let clock: ManualClock?
     private let ownsAPI: Bool
     private let runTask: Task<Void, any Error>
 
@@ -41,7 +43,7 @@ public final class ConciergeTestRig: Sendable {
     public static func start(endpoints: String? = nil, extra: String = "", api givenAPI: RunningSampleAPI? = nil,
                              apiConfiguration: SampleAPIConfiguration = .init(), directory: String? = nil,
                              configTransform: (@Sendable (String) -> String)? = nil,
-                             environment: [String: String] = [:]) async throws -> ConciergeTestRig {
+                             environment: [String: String] = [:], clock: ManualClock? = nil) async throws -> ConciergeTestRig {
         let ownsAPI = givenAPI == nil
         let api: RunningSampleAPI
         if let givenAPI { api = givenAPI } else { api = try await SampleAPI.start(configuration: apiConfiguration) }
@@ -52,20 +54,23 @@ public final class ConciergeTestRig: Sendable {
         let configPath = dir + "/concierge.yaml"
         try yaml.write(toFile: configPath, atomically: true, encoding: .utf8)
         let config = try ConfigLoader.load(path: configPath, environment: environment)
-        return try await launch(config: config, configPath: configPath, api: api, ownsAPI: ownsAPI, directory: dir)
+        return try await launch(config: config, configPath: configPath, api: api, ownsAPI: ownsAPI, directory: dir, clock: clock)
     }
 
-    static func launch(config: ConciergeConfig, configPath: String, api: RunningSampleAPI, ownsAPI: Bool, directory: String) async throws -> ConciergeTestRig {
+    static func launch(config: ConciergeConfig, configPath: String, api: RunningSampleAPI, ownsAPI: Bool, directory: String,
+                       clock: ManualClock?) async throws -> ConciergeTestRig {
         let logs = LogSink(capturing: true)
-        let daemon = try ConciergeDaemon(config: config, configPath: configPath, logSink: logs, environment: [:])
+        let daemon = try ConciergeDaemon(config: config, configPath: configPath, logSink: logs, environment: [:],
+                                         clock: clock?.wallClock ?? .system)
         let runTask = Task { try await daemon.run(handleSignals: false) }
         let ports = try await withTimeout(.seconds(10)) { await daemon.waitUntilReady() }
         return ConciergeTestRig(api: api, daemon: daemon, proxyPort: ports.proxy, adminPort: ports.admin ?? 0, directory: directory,
-                                configPath: configPath, logs: logs, ownsAPI: ownsAPI, runTask: runTask)
+                                configPath: configPath, logs: logs, clock: clock, ownsAPI: ownsAPI, runTask: runTask)
     }
 
     private init(api: RunningSampleAPI, daemon: ConciergeDaemon, proxyPort: Int, adminPort: Int, directory: String, configPath: String,
-                 logs: LogSink, ownsAPI: Bool, runTask: Task<Void, any Error>) {
+                 logs: LogSink, clock: ManualClock?, ownsAPI: Bool, runTask: Task<Void, any Error>) {
+        self.clock = clock
         self.api = api
         self.daemon = daemon
         self.proxyPort = proxyPort
@@ -94,7 +99,7 @@ public final class ConciergeTestRig: Sendable {
             try configTransform(text).write(toFile: configPath, atomically: true, encoding: .utf8)
         }
         let config = try ConfigLoader.load(path: configPath, environment: environment)
-        return try await Self.launch(config: config, configPath: configPath, api: api, ownsAPI: ownsAPI, directory: directory)
+        return try await Self.launch(config: config, configPath: configPath, api: api, ownsAPI: ownsAPI, directory: directory, clock: clock)
     }
 
     // MARK: Clients
@@ -181,8 +186,9 @@ extension ConciergeTestRig {
     /// the rig, whether `body` throws or not.
     public static func with(endpoints: String? = nil, extra: String = "", api: RunningSampleAPI? = nil,
                             apiConfiguration: SampleAPIConfiguration = .init(), environment: [String: String] = [:],
-                            _ body: (ConciergeTestRig) async throws -> Void) async throws {
-        let rig = try await start(endpoints: endpoints, extra: extra, api: api, apiConfiguration: apiConfiguration, environment: environment)
+                            clock: ManualClock? = nil, _ body: (ConciergeTestRig) async throws -> Void) async throws {
+        let rig = try await start(endpoints: endpoints, extra: extra, api: api, apiConfiguration: apiConfiguration, environment: environment,
+                                  clock: clock)
         do {
             try await body(rig)
             await rig.stop()

@@ -25,10 +25,11 @@ struct CacheTests {
 
     @Test("an entry expires after its TTL")
     func ttlExpiry() async throws {
-        try await ConciergeTestRig.with(endpoints: "- name: items\n  match: GET /api/items\n  cache: { ttl: 1s }") { rig in
+        let clock = ManualClock()
+        try await ConciergeTestRig.with(endpoints: "- name: items\n  match: GET /api/items\n  cache: { ttl: 1s }", clock: clock) { rig in
             _ = try await rig.get("/api/items")
             #expect(try await rig.get("/api/items").header("X-Cache") == "HIT")
-            try await Task.sleep(for: .milliseconds(1100))
+            clock.advance(by: 1.1)
             #expect(try await rig.get("/api/items").header("X-Cache") == "MISS")
             #expect(rig.api.state.calls("/api/items") == 2)
         }
@@ -102,9 +103,11 @@ struct CacheTests {
 
     @Test("within stale-while-revalidate an expired entry is served at once and refreshed in the background, once")
     func staleWhileRevalidate() async throws {
-        try await ConciergeTestRig.with(endpoints: "- name: items\n  match: GET /api/items\n  cache: { ttl: 1s, stale_while_revalidate: 30s }") { rig in
+        let clock = ManualClock()
+        try await ConciergeTestRig.with(endpoints: "- name: items\n  match: GET /api/items\n  cache: { ttl: 1s, stale_while_revalidate: 30s }",
+                                        clock: clock) { rig in
             _ = try await rig.get("/api/items")
-            try await Task.sleep(for: .milliseconds(1100))
+            clock.advance(by: 1.1)
             let stale = try await rig.get("/api/items")
             #expect(stale.header("X-Cache") == "STALE")
             #expect(stale.json?[path: "data.served"] == .int(1))
@@ -120,9 +123,11 @@ struct CacheTests {
 
     @Test("within stale-if-error an expired entry is served when the upstream fails; past it the unavailable reply")
     func staleIfError() async throws {
-        try await ConciergeTestRig.with(endpoints: "- name: items\n  match: GET /api/items\n  cache: { ttl: 1s, stale_if_error: 1h }") { rig in
+        let clock = ManualClock()
+        try await ConciergeTestRig.with(endpoints: "- name: items\n  match: GET /api/items\n  cache: { ttl: 1s, stale_if_error: 1h }",
+                                        clock: clock) { rig in
             _ = try await rig.get("/api/items")
-            try await Task.sleep(for: .milliseconds(1100))
+            clock.advance(by: 1.1)
             await rig.api.shutdown()
             let stale = try await rig.get("/api/items")
             #expect(stale.status == 200)

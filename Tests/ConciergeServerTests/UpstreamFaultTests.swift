@@ -19,15 +19,16 @@ struct UpstreamFaultTests {
 
     /// Runs `body` with a rig whose `scripted` upstream is `upstream` and whose `gone`
     /// upstream is a port that refuses connections (held for the whole test).
-    func withRig(_ upstream: ScriptedUpstream, endpoints: String, _ body: (ConciergeTestRig) async throws -> Void) async throws {
+    func withRig(_ upstream: ScriptedUpstream, endpoints: String, clock: ManualClock? = nil,
+                 _ body: (ConciergeTestRig) async throws -> Void) async throws {
         let refusing = try RefusingPort()
         defer { refusing.close() }
         let gone = refusing.port
         let port = upstream.port
-        let rig = try await ConciergeTestRig.start(endpoints: TestConfig.defaultEndpoints + "\n" + endpoints) { yaml in
+        let rig = try await ConciergeTestRig.start(endpoints: TestConfig.defaultEndpoints + "\n" + endpoints, configTransform: { yaml in
             yaml.replacingOccurrences(of: "  down: http://127.0.0.1:1\n",
                                       with: "  down: http://127.0.0.1:1\n  scripted: http://127.0.0.1:\(port)\n  gone: http://127.0.0.1:\(gone)\n")
-        }
+        }, clock: clock)
         do {
             try await body(rig)
             await rig.stop()
@@ -55,7 +56,8 @@ struct UpstreamFaultTests {
               timeout: 10s
               cache: { ttl: 1s, stale_if_error: 1h }
             """
-        try await withRig(upstream, endpoints: endpoints) { rig in
+        let clock = ManualClock()
+        try await withRig(upstream, endpoints: endpoints, clock: clock) { rig in
             var worst = Duration.zero
             var lastElapsed = Duration.zero
             for _ in 0..<5 {
@@ -73,7 +75,7 @@ struct UpstreamFaultTests {
 
             #expect(try await rig.get("/api/refused-stale").status == 200)
             upstream.stop()
-            try await Task.sleep(for: .milliseconds(1100))  // let the 1 s ttl pass
+            clock.advance(by: 1.1)  // past the 1 s ttl
             let started = ContinuousClock.now
             let stale = try await rig.get("/api/refused-stale")
             let elapsed = ContinuousClock.now - started

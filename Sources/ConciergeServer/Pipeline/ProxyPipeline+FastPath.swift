@@ -20,7 +20,7 @@ extension ProxyPipeline {
         let route = incoming.route ?? runtime.route(method: incoming.method, target: incoming.target)
         let session = self.session.current
         let memo = encoded ? hitMemos.current : nil
-        let now = Date().timeIntervalSince1970
+        let now = cache.clock.now
         if let recipe = memo?.recipe(for: incoming, route: route, session: session),
            let entry = cache.hotLookup(recipe.key, now: now), entry.isFresh(at: now),
            let hit = CachedReply.encoded(entry, endpoint: recipe.endpoint, now: now) {

@@ -24,10 +24,11 @@ public final class ProxyPipeline: Sendable {
     let events: EventBus
     private let coalescer = MissCoalescer<Fetched>()
     let hitMemos = HitMemos()
-    private let revalidating = Mutex<Set<String>>([])
+    /// Runs stale-while-revalidate refreshes (a service of the daemon's group).
+    let revalidation: RevalidationService
 
-    init(runtime: Runtime, cache: CacheStore, exchange: UpstreamExchange) {
-        (self.runtime, self.cache, self.exchange) = (runtime, cache, exchange)
+    init(runtime: Runtime, cache: CacheStore, exchange: UpstreamExchange, revalidation: RevalidationService) {
+        (self.runtime, self.cache, self.exchange, self.revalidation) = (runtime, cache, exchange, revalidation)
         (session, events) = (exchange.lifecycle.session, exchange.lifecycle.events)
     }
 
@@ -74,7 +75,7 @@ public final class ProxyPipeline: Sendable {
             if p.endpoint.isCacheable { answer.reply.headers.replaceOrAdd(name: "X-Cache", value: CacheStatus.miss.rawValue) }
             return answer
         }
-        let now = Date().timeIntervalSince1970
+        let now = cache.clock.now
         if p.bypass {
             return withCacheHeaders(await fetchAndStore(p, key: key), .bypass, cacheStatus: "concierge; fwd=request")
         }
@@ -104,7 +105,7 @@ public final class ProxyPipeline: Sendable {
         guard case .success(_, let storable?) = result else { return Fetched(result: result, stored: false) }
         let policy = p.endpoint.cache
         let entry = CacheEntry(key: key, endpoint: p.endpoint.name, userID: p.scope.userID, status: storable.status,
-                               headers: storable.headers, body: storable.body, storedAt: Date().timeIntervalSince1970,
+                               headers: storable.headers, body: storable.body, storedAt: cache.clock.now,
                                ttl: policy.ttl.seconds, staleWhileRevalidate: policy.staleWhileRevalidate.seconds,
                                staleIfError: policy.staleIfError.seconds, version: policy.version ?? p.config.config.cache.version)
         return Fetched(result: result, stored: cache.store(entry))
@@ -119,10 +120,8 @@ public final class ProxyPipeline: Sendable {
     }
 
     private func revalidateInBackground(_ p: PreparedRequest, key: String) {
-        guard revalidating.withLock({ $0.insert(key).inserted }) else { return }
-        Task {
+        revalidation.submit(key: key) {
             _ = await self.coalescer.run(key: key) { await self.fetchAndStore(p, key: key) }
-            _ = self.revalidating.withLock { $0.remove(key) }
         }
     }
 }

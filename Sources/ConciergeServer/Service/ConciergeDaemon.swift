@@ -39,8 +39,9 @@ public final class ConciergeDaemon: Sendable {
 
     /// Opens storage and builds the pipeline; throws ``StorageError`` when the state path
     /// is unusable.
+    /// `clock`: the wall clock entries are stored and judged by (tests pass a ``ManualClock``'s).
     public init(config: ConciergeConfig, configPath: String?, logSink: LogSink = .standardOutput,
-                environment: [String: String] = ProcessInfo.processInfo.environment) throws {
+                environment: [String: String] = ProcessInfo.processInfo.environment, clock: WallClock = .system) throws {
         self.configPath = configPath
         self.logSink = logSink
         let journald = environment["JOURNAL_STREAM"].map { !$0.isEmpty } ?? false
@@ -60,7 +61,7 @@ public final class ConciergeDaemon: Sendable {
         runtime = Runtime(config: config)
         database = try StorageDatabase(path: config.storage.path, logger: logger)
         cache = try CacheStore(database: database, maxBytes: config.storage.maxBytes, memoryBytes: config.storage.memoryBytes, logger: logger,
-                               encodeHead: CachedReply.encodeHead)
+                               encodeHead: CachedReply.encodeHead, clock: clock)
         session = try SessionState(store: SessionStore(database: database), logger: logger)
         stats = ProxyStats()
         events = EventBus()
@@ -92,7 +93,7 @@ public final class ConciergeDaemon: Sendable {
         let exchange = UpstreamExchange(transport: transport, refresher: refresher, lifecycle: lifecycle,
                                         success: EnvelopeSuccess(lifecycle: lifecycle, stats: stats, logger: logger),
                                         health: health, logger: logger)
-        return ProxyPipeline(runtime: runtime, cache: cache, exchange: exchange)
+        return ProxyPipeline(runtime: runtime, cache: cache, exchange: exchange, revalidation: RevalidationService())
     }
 
     static func level(_ level: ConciergeConfig.Log.Level) -> Logger.Level {
@@ -130,6 +131,8 @@ public final class ConciergeDaemon: Sendable {
             services.append(.init(service: service, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup))
         }
         add(CacheWriterService(cache: cache, logger: logger))
+        // After the writer: the group stops services in reverse order, so refreshes end first.
+        add(pipeline.revalidation)
         add(SweeperService(daemon: self))
         add(StorageRecoveryService(daemon: self))
         add(NotifierService(daemon: self, readiness: readiness))
