@@ -1,4 +1,4 @@
-/// Which real API style the sample API speaks (SPEC §9's table).
+/// Which real API style the sample API speaks (the dialects of docs/configuration.md).
 public enum SampleDialect: String, Sendable, CaseIterable {
     /// The seed envelope `{"code", "msg", "data"}`: login, refresh, 801/802.
     case envelope

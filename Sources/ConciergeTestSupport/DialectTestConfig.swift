@@ -1,6 +1,6 @@
 import ConciergeSampleAPI
 
-/// Configurations for the sample API's dialects (SPEC §9), in the shape of
+/// Configurations for the sample API's dialects (OAuth2, WeChat, DingTalk), in the shape of
 /// `Config/examples/*.yaml`, for ``ConciergeTestRig/start(endpoints:extra:api:apiConfiguration:directory:configTransform:environment:)``.
 public enum DialectTestConfig {
     /// `${VAR}` values the dialect configs take their credentials from.

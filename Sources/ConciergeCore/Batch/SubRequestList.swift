@@ -103,7 +103,7 @@ public struct SubRequestList: Sendable {
     }
 }
 
-/// `{{stepId.path.into.body}}` templates of chain steps (SPEC §4): a whole-string template
+/// `{{stepId.path.into.body}}` templates of chain steps: a whole-string template
 /// keeps the JSON type of the value; in a path the text is percent-encoded.
 public enum ChainTemplate {
     /// Every `{{...}}` reference in the strings of some values.

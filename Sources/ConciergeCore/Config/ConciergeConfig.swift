@@ -84,7 +84,7 @@ public struct ConciergeConfig: Sendable {
         public var successTextCodes: Set<String> = []
         public var refreshTextCodes: Set<String> = []
         public var logoutTextCodes: Set<String> = []
-        /// A 2xx JSON body without a code at `code_path` is a logical success (SPEC §9).
+        /// A 2xx JSON body without a code at `code_path` is a logical success (docs/configuration.md, dialects).
         public var successWhenMissing = false
     }
 

@@ -32,7 +32,7 @@ public enum CacheKey {
     }
 }
 
-/// Whose entry a cacheable request reads and writes (SPEC §5, scopes): the decision beside
+/// Whose entry a cacheable request reads and writes (docs/configuration.md, cache scopes): the decision beside
 /// the key it feeds.
 public enum CacheScope: Sendable, Equatable {
     /// One entry for every client.

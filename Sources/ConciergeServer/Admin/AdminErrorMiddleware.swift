@@ -4,7 +4,7 @@ import HTTPTypes
 import Logging
 import NIOCore
 
-/// Turns every error reply of the admin listener into JSON `{"error": ...}` (SPEC §10):
+/// Turns every error reply of the admin listener into JSON `{"error": ...}` (docs/hardening.md):
 /// thrown `HTTPError`s keep their status and message, unknown routes are 404, and any
 /// other error (a failed SQLite write, say) is 500 with a short description, logged.
 struct AdminErrorMiddleware<Context: RequestContext>: RouterMiddleware {

@@ -4,7 +4,7 @@ import Foundation
 import NIOCore
 import Synchronization
 
-/// The request path (SPEC §3, docs/architecture.md), step by step:
+/// The request path (docs/architecture.md), step by step:
 ///
 /// 1–6. ``PreparedRequest``: route, common params, login guard, token choice, cache scope and key;
 /// 7. the cache: a fresh entry answers (``CachedReply``), a stale one may answer while it is

@@ -19,7 +19,7 @@ extension UpstreamExchange {
         do {
             let response = try await transport.stream(request)
             health.mark(p.upstream.name, down: false)
-            var headers = UpstreamClient.endToEnd(response.headers, dropping: ["server"])
+            var headers = HopByHopFields.endToEnd(response.headers, dropping: ["server"])
             if headers["content-length"].isEmpty, response.status == .noContent || response.status == .notModified {
                 headers.remove(name: "content-length")
             }

@@ -108,7 +108,7 @@ struct UpstreamExchange: Sendable {
 
     /// Steps 9–11 for one upstream reply.
     nonisolated(nonsending) private func judge(_ response: UpstreamResponse, _ p: PreparedRequest, _ attempt: Attempt) async -> Step {
-        let headers = UpstreamClient.endToEnd(response.headers, dropping: Self.replacedInReplies)
+        let headers = HopByHopFields.endToEnd(response.headers, dropping: Self.replacedInReplies)
         var upstreamAnswer = attempt.answer(ProxyReply(status: response.status, headers: headers, body: .buffer(response.body)), p)
         if let stale = attempt.token, p.config.config.session.refreshOnStatus.contains(response.status) {
             // An expiry signal by HTTP status (OAuth2's 401): renew and replay.

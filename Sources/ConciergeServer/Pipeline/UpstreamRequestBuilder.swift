@@ -18,7 +18,7 @@ enum UpstreamRequestBuilder {
             let signed = signer.sign(&request)
             logger.debug("signed request", metadata: ["endpoint": "\(p.endpoint.name)", "string": "\(p.config.redactor.redactForm(signed))"])
         }
-        var headers = UpstreamClient.endToEnd(p.originalHeaders, dropping: replaced)
+        var headers = HopByHopFields.endToEnd(p.originalHeaders, dropping: replaced)
         // Re-apply the rewritten fields (common headers, injected header token).
         let injectedNames = p.config.injector.headerNames
         for (name, value) in request.headers

@@ -3,7 +3,7 @@ import NIOCore
 import Synchronization
 
 /// An upstream reply body streamed until a deadline (the endpoint's `timeout` over the
-/// whole exchange, SPEC §10). Past the deadline the upstream request is cancelled, its
+/// whole exchange, docs/hardening.md). Past the deadline the upstream request is cancelled, its
 /// connection closed, and iteration throws ``UpstreamFailure/timeout``; the listener then
 /// closes the client connection, so a cut body is never taken for a complete one.
 ///

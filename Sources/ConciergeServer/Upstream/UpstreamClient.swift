@@ -53,30 +53,13 @@ public enum UpstreamFailure: Error, Sendable, CustomStringConvertible {
 public final class UpstreamClient: Sendable {
     public let http: HTTPClient
 
-    /// Headers that belong to one connection, never forwarded (RFC 9110 §7.6.1).
-    /// Hop-by-hop fields (RFC 9110 §7.6.1), and the proxy ones: told apart by their length
-    /// first, as most names have none of these lengths.
-    static func isHopByHop(_ name: String) -> Bool {
-        func named(_ lowercase: String) -> Bool { ASCIICase.equals(name, lowercase: lowercase) }
-        switch name.utf8.count {
-        case 2: return named("te")
-        case 7: return named("trailer") || named("upgrade")
-        case 10: return named("connection") || named("keep-alive")
-        case 16: return named("proxy-connection")
-        case 17: return named("transfer-encoding")
-        case 18: return named("proxy-authenticate")
-        case 19: return named("proxy-authorization")
-        default: return false
-        }
-    }
-
     public init(eventLoopGroup: any EventLoopGroup) {
         var configuration = HTTPClient.Configuration()
         configuration.redirectConfiguration = .disallow
         configuration.timeout = .init(connect: .seconds(5), read: nil)
         configuration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 64)
         // A refused connection fails the request at once (502 or the stale entry) instead of
-        // retrying with backoff until the connect timeout (SPEC §10).
+        // retrying with backoff until the connect timeout (docs/hardening.md).
         configuration.connectionPool.retryConnectionEstablishment = false
         configuration.decompression = .disabled
         configuration.httpVersion = .http1Only
@@ -163,24 +146,5 @@ public final class UpstreamClient: Sendable {
             r.body = .stream(stream, length: length.map { .known(Int64($0)) } ?? .unknown)
         }
         return r
-    }
-
-    /// Copies end-to-end headers, dropping hop-by-hop ones, those `Connection` names and
-    /// `extra` (lowercase names). Runs twice per exchange: names are compared by bytes,
-    /// ignoring ASCII case, without lowercased copies or sets.
-    static func endToEnd(_ headers: HTTPHeaders, dropping extra: [String] = []) -> HTTPHeaders {
-        var named: [String] = []
-        for (name, value) in headers where ASCIICase.equals(name, lowercase: "connection") {
-            named += FieldList.elements(value)
-        }
-        // Built as a list, then wrapped: `HTTPHeaders.add` checks each name again, and
-        // `remove(name:)` rewrites the whole list per name.
-        var kept: [(String, String)] = []
-        kept.reserveCapacity(headers.count)
-        for (name, value) in headers
-        where !isHopByHop(name) && !ASCIICase.equalsAny(name, lowercase: extra) && !ASCIICase.equalsAny(name, lowercase: named) {
-            kept.append((name, value))
-        }
-        return kept.count == headers.count ? headers : HTTPHeaders(kept)
     }
 }
