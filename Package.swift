@@ -114,7 +114,10 @@ let package = Package(
         /// replays corpus files, and the unit tests replay `Fuzz/corpus/`.
         .target(
             name: "ConciergeFuzzing",
-            dependencies: ["ConciergeCore", .product(name: "NIOHTTP1", package: "swift-nio")],
+            dependencies: [
+                "ConciergeCore", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+            ],
             path: "Fuzz/ConciergeFuzzing"
         ),
         .target(name: "CFuzzDriver", path: "Fuzz/CFuzzDriver"),

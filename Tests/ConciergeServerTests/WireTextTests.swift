@@ -2,7 +2,7 @@ import NIOCore
 import NIOHTTP1
 import Testing
 
-@testable import ConciergeServer
+import ConciergeCore
 
 /// ``WireText``: lines and fields written into reserved memory in one pass.
 @Suite("Wire text")

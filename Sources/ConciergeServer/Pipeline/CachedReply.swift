@@ -62,33 +62,17 @@ extension CachedReply {
     /// enters the hot tier.
     @Sendable static func encodeHead(_ entry: CacheEntry) -> EncodedHead? {
         var upstreamAge = 0
-        let reason = HTTPResponseStatus(statusCode: entry.status).reasonPhrase
-        // The status line's and the framing's fixed parts, numbers at 20 digits each.
-        let capacity = 96 + reason.utf8.count + WireText.size(of: entry.headers)
-        var bytes = ByteBuffer()
-        bytes.reserveCapacity(capacity)
-        WireText.append(to: &bytes, capacity: capacity) { out in
-            out.put("HTTP/1.1 ")
-            out.put(entry.status)
-            out.put(" ")
-            out.put(reason)
-            out.put("\r\n")
-            for (name, value) in entry.headers {
-                if ASCIICase.equals(name, lowercase: "age") {
-                    upstreamAge = Int(value.trimmingCharacters(in: .whitespaces)) ?? 0
-                    continue
-                }
-                out.put(name)
-                out.put(": ")
-                out.put(value)
-                out.put("\r\n")
-            }
-            out.put("X-Cache: HIT\r\nContent-Length: ")
-            out.put(entry.body.readableBytes)
-            out.put("\r\n")
+        for (name, value) in entry.headers where ASCIICase.equals(name, lowercase: "age") {
+            upstreamAge = Int(value.trimmingCharacters(in: .whitespaces)) ?? 0
         }
-        return EncodedHead(bytes: bytes, upstreamAge: max(0, upstreamAge))
+        // Open-ended: each hit appends its `Cache-Status` and `Age`, then the empty line.
+        let head = WireHead(.status(.http1_1, entry.status), fields: entry.headers, omitting: Self.variesPerHit, extra: "X-Cache: HIT\r\n",
+                            contentLength: entry.body.readableBytes, ends: false)
+        return EncodedHead(bytes: head.bytes(), upstreamAge: max(0, upstreamAge))
     }
+
+    /// Stored fields a hit writes itself (lowercase).
+    private static let variesPerHit = ["age"]
 
     /// A fresh entry's hit as ready bytes, when the entry has an encoded head and the endpoint
     /// does not `unwrap` (whose body depends on the configuration).

@@ -305,33 +305,11 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
     /// `Connection: close` when the connection ends) in place of theirs, the body; one flush.
     private func write(_ reply: ProxyReply, version: HTTPVersion, isHead: Bool, keepAlive: Bool, context: ChannelHandlerContext) {
         guard case .buffer(let body) = reply.body, let encoder = encoderContext else { return }
-        let reason = HTTPResponseStatus(statusCode: reply.status).reasonPhrase
-        // The line's and the framing's fixed parts, numbers at 20 digits each.
-        let capacity = 160 + reason.utf8.count + WireText.size(of: reply.headers)
+        let head = WireHead(.status(version, reply.status), fields: reply.headers,
+                            omitting: keepAlive ? WireHead.lengthField : WireHead.lengthAndConnectionFields, contentLength: body.readableBytes, closes: !keepAlive)
         // A small body goes in the same buffer: one write, one iovec.
         let inline = !isHead && body.readableBytes <= Self.inlineBodyBytes
-        var bytes = context.channel.allocator.buffer(capacity: capacity + (inline ? body.readableBytes : 0))
-        WireText.append(to: &bytes, capacity: capacity) { out in
-            out.put("HTTP/")
-            out.put(version.major)
-            out.put(".")
-            out.put(version.minor)
-            out.put(" ")
-            out.put(reply.status)
-            out.put(" ")
-            out.put(reason)
-            out.put("\r\n")
-            for (name, value) in reply.headers
-            where !ASCIICase.equals(name, lowercase: "content-length") && (keepAlive || !ASCIICase.equals(name, lowercase: "connection")) {
-                out.put(name)
-                out.put(": ")
-                out.put(value)
-                out.put("\r\n")
-            }
-            out.put("Content-Length: ")
-            out.put(body.readableBytes)
-            out.put(keepAlive ? "\r\n\r\n" : "\r\nConnection: close\r\n\r\n")
-        }
+        var bytes = head.bytes(followedBy: inline ? body.readableBytes : 0)
         if isHead || body.readableBytes == 0 {
             encoder.writeAndFlush(NIOAny(bytes), promise: nil)
         } else if inline {
@@ -350,14 +328,15 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
     /// the bytes go out below the response encoder.
     private func writeHeaderTimeout(context: ChannelHandlerContext) {
         let body = #"{"error":"request header timed out"}"#
-        let bytes = "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\n"
-            + "Connection: close\r\n\r\n" + body
+        let head = WireHead(.status(.http1_1, 408), fields: ["Content-Type": "application/json"], contentLength: body.utf8.count, closes: true)
+        var bytes = head.bytes(followedBy: body.utf8.count)
+        bytes.writeString(body)
         guard let encoder = try? context.pipeline.syncOperations.context(handlerType: HTTPResponseEncoder.self) else {
             context.close(promise: nil)
             return
         }
         let channel = context.channel
-        encoder.writeAndFlush(NIOAny(ByteBuffer(string: bytes))).whenComplete { _ in channel.close(promise: nil) }
+        encoder.writeAndFlush(NIOAny(bytes)).whenComplete { _ in channel.close(promise: nil) }
     }
 }
 

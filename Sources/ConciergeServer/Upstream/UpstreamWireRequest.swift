@@ -36,8 +36,6 @@ struct UpstreamWireRequest: Sendable {
             throw Invalid(description: "the request target holds a space or a control character")
         }
         let bodyLength = body?.readableBytes ?? 0
-        // The request line's and the framing's fixed parts, the length at 20 digits.
-        var size = method.utf8.count + target.utf8.count + authority.utf8.count + 96
         var hasHost = false
         var closeAfter = false
         for (name, value) in headers {
@@ -45,39 +43,19 @@ struct UpstreamWireRequest: Sendable {
             guard allBytes(of: value, satisfy: { $0 >= 0x20 ? $0 != 0x7F : $0 == 0x09 }) else {
                 throw Invalid(description: "the value of \(name) holds a control character")
             }
-            size += name.utf8.count + value.utf8.count + 4
             if ASCIICase.equals(name, lowercase: "host") { hasHost = true }
             if ASCIICase.equals(name, lowercase: "connection") { closeAfter = closeAfter || asksToClose(value) }
         }
         let httpMethod = HTTPMethod(rawValue: method)
-        var bytes = ByteBuffer()
-        bytes.reserveCapacity(size + bodyLength)
-        WireText.append(to: &bytes, capacity: size) { out in
-            out.put(method)
-            out.put(" ")
-            out.put(target)
-            out.put(" HTTP/1.1\r\n")
-            if !hasHost {
-                out.put("Host: ")
-                out.put(authority)
-                out.put("\r\n")
-            }
-            for (name, value) in headers where !ASCIICase.equalsAny(name, lowercase: framing) {
-                out.put(name)
-                out.put(": ")
-                out.put(value)
-                out.put("\r\n")
-            }
-            switch httpMethod {
-            case _ where bodyLength > 0:
-                out.put("Content-Length: ")
-                out.put(bodyLength)
-                out.put("\r\n")
-            case .GET, .HEAD, .DELETE, .CONNECT, .TRACE: break
-            default: out.put("Content-Length: 0\r\n")
-            }
-            out.put("\r\n")
+        let contentLength: Int?
+        switch httpMethod {
+        case _ where bodyLength > 0: contentLength = bodyLength
+        case .GET, .HEAD, .DELETE, .CONNECT, .TRACE: contentLength = nil
+        default: contentLength = 0
         }
+        let head = WireHead(.request(method: method, target: target), leading: hasHost ? nil : ("Host", authority), fields: headers,
+                            omitting: framing, contentLength: contentLength)
+        var bytes = head.bytes(followedBy: bodyLength)
         if let body, bodyLength > 0 { bytes.writeImmutableBuffer(body) }
         return UpstreamWireRequest(method: httpMethod, target: target, bytes: bytes, closeAfter: closeAfter)
     }
