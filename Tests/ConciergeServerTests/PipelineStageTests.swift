@@ -13,11 +13,14 @@ import Testing
 /// An upstream made of a script: each request gets what the script answers, no network.
 final class ScriptedTransport: UpstreamTransport {
     typealias Script = @Sendable (UpstreamRequest) async throws(UpstreamFailure) -> UpstreamResponse
+    typealias StreamScript = @Sendable (UpstreamRequest) async throws(UpstreamFailure) -> StreamedUpstreamReply
     private let script: Script
+    private let streamScript: StreamScript?
     private let sent = Mutex<[UpstreamRequest]>([])
 
-    init(_ script: @escaping Script) {
+    init(_ script: @escaping Script, streaming streamScript: StreamScript? = nil) {
         self.script = script
+        self.streamScript = streamScript
     }
 
     var requests: [UpstreamRequest] { sent.withLock { $0 } }
@@ -31,8 +34,10 @@ final class ScriptedTransport: UpstreamTransport {
         return try await script(request)
     }
 
-    func stream(_ request: UpstreamRequest) async throws(UpstreamFailure) -> HTTPClientResponse {
-        throw .unreachable("streaming is not scripted")
+    func stream(_ request: UpstreamRequest) async throws(UpstreamFailure) -> StreamedUpstreamReply {
+        sent.withLock { $0.append(request) }
+        guard let streamScript else { throw .unreachable("streaming is not scripted") }
+        return try await streamScript(request)
     }
 
     /// A JSON reply.
@@ -74,6 +79,9 @@ struct StageFixture {
           - name: items
             match: GET /items
             cache: { ttl: 60s }
+          - name: download
+            match: GET /download
+            envelope: false
         """
 
     let directory: URL
@@ -87,7 +95,7 @@ struct StageFixture {
     let writer: Task<Void, Never>
 
     /// - Parameter encodedHits: hot entries get their head encoded, as in the daemon (hits as ready bytes).
-    init(encodedHits: Bool = false, _ script: @escaping ScriptedTransport.Script) throws {
+    init(encodedHits: Bool = false, streaming: ScriptedTransport.StreamScript? = nil, _ script: @escaping ScriptedTransport.Script) throws {
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("concierge-stages-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let logger = Logger(label: "stages") { _ in SwiftLogNoOpLogHandler() }
@@ -98,7 +106,7 @@ struct StageFixture {
         let cache = self.cache
         writer = Task { await cache.run() }
         session = try SessionState(store: SessionStore(database: database), logger: logger)
-        transport = ScriptedTransport(script)
+        transport = ScriptedTransport(script, streaming: streaming)
         let lifecycle = SessionLifecycle(session: session, cache: cache, stats: stats, events: events, logger: logger)
         runtime = Runtime(config: config)
         pipeline = ConciergeDaemon.makePipeline(runtime: runtime, cache: cache, lifecycle: lifecycle, transport: transport, logger: logger)

@@ -1,4 +1,3 @@
-import AsyncHTTPClient
 import ConciergeCore
 import NIOCore
 import NIOHTTP1
@@ -37,7 +36,7 @@ public struct IncomingRequest: Sendable {
 public struct ProxyReply: Sendable {
     public enum Body: Sendable {
         case buffer(ByteBuffer)
-        case upstream(HTTPClientResponse.Body)
+        case upstream(UpstreamBody)
         /// Server-Sent Events: text chunks until the stream ends.
         case events(AsyncStream<ByteBuffer>)
     }

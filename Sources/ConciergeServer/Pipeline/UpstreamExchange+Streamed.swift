@@ -20,11 +20,11 @@ extension UpstreamExchange {
             let response = try await transport.stream(request)
             health.mark(p.upstream.name, down: false)
             var headers = HopByHopFields.endToEnd(response.headers, dropping: ["server"])
-            if headers["content-length"].isEmpty, response.status == .noContent || response.status == .notModified {
+            if headers["content-length"].isEmpty, response.status == 204 || response.status == 304 {
                 headers.remove(name: "content-length")
             }
             attempt.upstreamTime = ContinuousClock.now - started
-            var answer = attempt.answer(ProxyReply(status: Int(response.status.code), headers: headers, body: .upstream(response.body)), p)
+            var answer = attempt.answer(ProxyReply(status: response.status, headers: headers, body: .upstream(response.body)), p)
             answer.report.succeeded = (200..<400).contains(answer.reply.status)
             return answer
         } catch {

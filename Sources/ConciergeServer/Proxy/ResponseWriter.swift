@@ -1,4 +1,3 @@
-import AsyncHTTPClient
 import NIOCore
 import NIOHTTP1
 import ServiceLifecycle
@@ -36,7 +35,7 @@ enum ResponseWriter {
 
     /// Relays the upstream's body; an upstream that breaks off closes the connection (the
     /// client sees a cut reply, never a shorter "complete" one).
-    private static func writeUpstreamBody(_ body: HTTPClientResponse.Body, isHead: Bool, to channel: any Channel) async throws -> Bool {
+    private static func writeUpstreamBody(_ body: UpstreamBody, isHead: Bool, to channel: any Channel) async throws -> Bool {
         do {
             for try await chunk in body where !isHead {
                 try await channel.writeAndFlush(HTTPServerResponsePart.body(.byteBuffer(chunk))).get()

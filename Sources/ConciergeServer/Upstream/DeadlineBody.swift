@@ -9,13 +9,16 @@ import Synchronization
 ///
 /// A producer task reads the upstream body and hands over one chunk per `next()` call, so
 /// a slow client still slows the upstream read (at most one chunk read ahead).
-struct DeadlineBody: AsyncSequence, Sendable {
-    typealias Element = ByteBuffer
-
+struct DeadlineBody: Sendable {
     let body: HTTPClientResponse.Body
     let deadline: ContinuousClock.Instant
 
-    func makeAsyncIterator() -> Iterator {
+    /// The body as the transport seam hands it on.
+    var upstreamBody: UpstreamBody {
+        UpstreamBody(start: makeAsyncIterator)
+    }
+
+    @Sendable func makeAsyncIterator() -> UpstreamBody.AsyncIterator {
         let credits = Credits()
         let (stream, continuation) = AsyncThrowingStream.makeStream(of: ByteBuffer.self)
         let body = self.body
@@ -41,17 +44,7 @@ struct DeadlineBody: AsyncSequence, Sendable {
             timer.cancel()
             credits.cancel()
         }
-        return Iterator(inner: stream.makeAsyncIterator(), credits: credits)
-    }
-
-    struct Iterator: AsyncIteratorProtocol {
-        var inner: AsyncThrowingStream<ByteBuffer, any Error>.Iterator
-        let credits: Credits
-
-        mutating func next() async throws -> ByteBuffer? {
-            credits.grant()
-            return try await inner.next()
-        }
+        return UpstreamBody.AsyncIterator(chunks: stream.makeAsyncIterator(), demand: { credits.grant() })
     }
 
     /// How many chunks the consumer asked for and the producer has not yet handed over.

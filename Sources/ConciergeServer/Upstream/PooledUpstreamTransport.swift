@@ -28,7 +28,7 @@ public final class PooledUpstreamTransport: UpstreamTransport {
         return try await pool.send(request, maxBody: maxBody, caFile: caFile(for: request.url))
     }
 
-    public func stream(_ request: UpstreamRequest) async throws(UpstreamFailure) -> HTTPClientResponse {
+    public func stream(_ request: UpstreamRequest) async throws(UpstreamFailure) -> StreamedUpstreamReply {
         try await client.stream(request, tlsConfiguration: tlsConfiguration(for: request.url))
     }
 

@@ -105,18 +105,18 @@ public final class UpstreamClient: Sendable {
 
     /// Sends a request and hands back the reply with its body still streaming; the body
     /// ends with ``UpstreamFailure/timeout`` at `request.timeout` after the start.
-    public func stream(_ request: UpstreamRequest) async throws(UpstreamFailure) -> HTTPClientResponse {
+    public func stream(_ request: UpstreamRequest) async throws(UpstreamFailure) -> StreamedUpstreamReply {
         try await stream(request, tlsConfiguration: nil)
     }
 
     /// ``stream(_:)`` with `tlsConfiguration` replacing the client's (an upstream's `ca_file`).
-    public func stream(_ request: UpstreamRequest, tlsConfiguration: TLSConfiguration?) async throws(UpstreamFailure) -> HTTPClientResponse {
+    public func stream(_ request: UpstreamRequest, tlsConfiguration: TLSConfiguration?) async throws(UpstreamFailure) -> StreamedUpstreamReply {
         let deadline = NIODeadline.now() + .nanoseconds(request.timeout.nanoseconds)
         let end = ContinuousClock.now + request.timeout
         do {
-            var response = try await http.execute(makeRequest(request, tlsConfiguration: tlsConfiguration), deadline: deadline)
-            response.body = .stream(DeadlineBody(body: response.body, deadline: end))
-            return response
+            let response = try await http.execute(makeRequest(request, tlsConfiguration: tlsConfiguration), deadline: deadline)
+            return StreamedUpstreamReply(status: Int(response.status.code), headers: response.headers,
+                                         body: DeadlineBody(body: response.body, deadline: end).upstreamBody)
         } catch {
             throw Self.failure(error)
         }
