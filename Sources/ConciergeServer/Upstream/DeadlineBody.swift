@@ -11,7 +11,7 @@ import Synchronization
 /// a slow client still slows the upstream read (at most one chunk read ahead).
 struct DeadlineBody: Sendable {
     let body: HTTPClientResponse.Body
-    let deadline: ContinuousClock.Instant
+    let deadline: NIODeadline
 
     /// The body as the transport seam hands it on.
     var upstreamBody: UpstreamBody {
@@ -35,7 +35,8 @@ struct DeadlineBody: Sendable {
         }
         let deadline = self.deadline
         let timer = Task {
-            guard (try? await Task.sleep(until: deadline, clock: .continuous)) != nil else { return }
+            let left = max(0, (deadline - .now()).nanoseconds)
+            guard (try? await Task.sleep(for: .nanoseconds(left))) != nil else { return }
             continuation.finish(throwing: UpstreamFailure.timeout)
             producer.cancel()
         }

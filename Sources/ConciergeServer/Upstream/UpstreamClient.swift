@@ -6,13 +6,22 @@ import NIOHTTP1
 import NIOPosix
 import NIOSSL
 
-/// A request ready to go upstream: absolute URL, headers, body.
+/// A request ready to go upstream: absolute URL, headers, body, and the one deadline of its
+/// exchange.
 public struct UpstreamRequest: Sendable {
     public var method: String
     public var url: String
     public var headers: HTTPHeaders
     public var body: Body
-    public var timeout: Duration
+    /// The endpoint's `timeout` from when the request was made: the one deadline over the
+    /// whole exchange (waiting for a connection, connecting, sending, the head and the body),
+    /// whichever transport carries it.
+    public var deadline: NIODeadline
+
+    public init(method: String, url: String, headers: HTTPHeaders, body: Body, timeout: Duration) {
+        (self.method, self.url, self.headers, self.body) = (method, url, headers, body)
+        deadline = .now() + .nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000 + timeout.components.attoseconds / 1_000_000_000)
+    }
 
     public enum Body: Sendable {
         case none
@@ -72,26 +81,19 @@ public final class UpstreamClient: Sendable {
 
     /// Sends a request and buffers the reply up to `maxBody` bytes.
     ///
-    /// `request.timeout` is a deadline over the whole exchange: connect, head and body (an
+    /// `request.deadline` is the one deadline over the whole exchange: connect, head and body (an
     /// upstream that dribbles its body is cut there, its connection closed).
     ///
     /// - Parameter tlsConfiguration: replaces the client's for this request (an upstream's `ca_file`).
     public func send(_ request: UpstreamRequest, maxBody: Int,
                      tlsConfiguration: TLSConfiguration?) async throws(UpstreamFailure) -> UpstreamResponse {
-        let deadline = NIODeadline.now() + .nanoseconds(request.timeout.nanoseconds)
-        let end = ContinuousClock.now + request.timeout
         do {
-            let response = try await http.execute(makeRequest(request, tlsConfiguration: tlsConfiguration), deadline: deadline)
-            // AsyncHTTPClient's deadline ends with the head; the body gets the time left.
-            let body = try await withThrowingTaskGroup(of: ByteBuffer?.self) { group in
-                group.addTask { try await response.body.collect(upTo: maxBody) }
-                group.addTask {
-                    try await Task.sleep(until: end, clock: .continuous)
-                    return nil
-                }
-                defer { group.cancelAll() }
-                guard let first = try await group.next(), let body = first else { throw UpstreamFailure.timeout }
-                return body
+            // AsyncHTTPClient's deadline ends with the head; the body is read under the same one.
+            let response = try await http.execute(makeRequest(request, tlsConfiguration: tlsConfiguration), deadline: request.deadline)
+            var body = ByteBuffer()
+            for try await var chunk in DeadlineBody(body: response.body, deadline: request.deadline).upstreamBody {
+                guard body.readableBytes + chunk.readableBytes <= maxBody else { throw UpstreamFailure.tooLarge }
+                body.writeBuffer(&chunk)
             }
             return UpstreamResponse(status: Int(response.status.code), headers: response.headers, body: body)
         } catch {
@@ -104,19 +106,17 @@ public final class UpstreamClient: Sendable {
     }
 
     /// Sends a request and hands back the reply with its body still streaming; the body
-    /// ends with ``UpstreamFailure/timeout`` at `request.timeout` after the start.
+    /// ends with ``UpstreamFailure/timeout`` at `request.deadline`.
     public func stream(_ request: UpstreamRequest) async throws(UpstreamFailure) -> StreamedUpstreamReply {
         try await stream(request, tlsConfiguration: nil)
     }
 
     /// ``stream(_:)`` with `tlsConfiguration` replacing the client's (an upstream's `ca_file`).
     public func stream(_ request: UpstreamRequest, tlsConfiguration: TLSConfiguration?) async throws(UpstreamFailure) -> StreamedUpstreamReply {
-        let deadline = NIODeadline.now() + .nanoseconds(request.timeout.nanoseconds)
-        let end = ContinuousClock.now + request.timeout
         do {
-            let response = try await http.execute(makeRequest(request, tlsConfiguration: tlsConfiguration), deadline: deadline)
+            let response = try await http.execute(makeRequest(request, tlsConfiguration: tlsConfiguration), deadline: request.deadline)
             return StreamedUpstreamReply(status: Int(response.status.code), headers: response.headers,
-                                         body: DeadlineBody(body: response.body, deadline: end).upstreamBody)
+                                         body: DeadlineBody(body: response.body, deadline: request.deadline).upstreamBody)
         } catch {
             throw Self.failure(error)
         }

@@ -14,7 +14,7 @@ import Synchronization
 /// - At most ``Configuration/maxConnectionsPerOrigin`` connections per loop and origin;
 ///   beyond that requests wait in line (at most ``Configuration/maxWaitingPerOrigin``, then
 ///   ``UpstreamFailure/unreachable(_:)``).
-/// - `request.timeout` bounds the whole exchange (waiting, connecting, sending, reading):
+/// - `request.deadline` bounds the whole exchange (waiting, connecting, sending, reading):
 ///   past it (within ``Configuration/sweepInterval``) the connection in use is closed and the request fails with
 ///   ``UpstreamFailure/timeout``. A failed connect is ``UpstreamFailure/unreachable(_:)``;
 ///   a body over `maxBody` is ``UpstreamFailure/tooLarge`` (the connection is closed).
@@ -89,7 +89,7 @@ public final class UpstreamConnectionPool: Sendable {
         let loop = chooseLoop()
         let exchange = PendingExchange(
             id: nextRequest.wrappingAdd(1, ordering: .relaxed).oldValue, origin: origin, request: wire,
-            maxBody: maxBody, deadline: .now() + .nanoseconds(request.timeout.nanoseconds),
+            maxBody: maxBody, deadline: request.deadline,
             promise: loop.eventLoop.makePromise(), cancellation: CancellationFlag())
         do {
             return try await withTaskCancellationHandler {

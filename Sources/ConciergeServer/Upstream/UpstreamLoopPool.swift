@@ -9,7 +9,7 @@ struct PendingExchange: Sendable {
     let origin: UpstreamOrigin
     let request: UpstreamWireRequest
     let maxBody: Int
-    /// `request.timeout` from the start: waiting, connecting, sending and reading together.
+    /// The request's deadline: waiting, connecting, sending and reading together.
     let deadline: NIODeadline
     let promise: EventLoopPromise<UpstreamResponse>
     /// Set when the caller's task is cancelled (possibly before the exchange reached the loop).
