@@ -1,7 +1,7 @@
 import NIOCore
 import NIOHTTP1
 
-/// A client request after the pure steps of the request path (docs/architecture.md, steps 1–6): routed
+/// A client request after the pure steps of the request path (docs/architecture.md, step 2): routed
 /// once, common params added, the login guard passed, the token to inject chosen, and the
 /// cache scope and key decided. Everything later (cache, upstream, session) starts from it.
 public struct PreparedRequest: Sendable {

@@ -3,8 +3,9 @@ import ConciergeStorage
 import Logging
 import NIOCore
 
-/// Steps 12–14 for a reply whose envelope says success: validate, capture the session
-/// (login endpoint), invalidate what a write endpoint names, and `unwrap`.
+/// Step 7 of the request path (docs/architecture.md), for a reply whose envelope says
+/// success: validate, capture the session (login endpoint), invalidate what a write endpoint
+/// names, and `unwrap`.
 struct EnvelopeSuccess: Sendable {
     let lifecycle: SessionLifecycle
     let stats: ProxyStats

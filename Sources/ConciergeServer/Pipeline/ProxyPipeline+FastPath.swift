@@ -10,8 +10,8 @@ extension ProxyPipeline {
         case prepared(Preparation)
     }
 
-    /// The synchronous subset of the path that a listener runs on its event loop: steps 1–7
-    /// for a fresh hot-tier hit, without a task or any I/O. A request prepared before under the
+    /// The synchronous subset of the path that a listener runs on its event loop: steps 2–3
+    /// (prepare, then a fresh hot-tier hit), without a task or any I/O. A request prepared before under the
     /// same route and session reuses its key from the thread's ``HitMemo``.
     ///
     /// - Parameter encoded: the caller can write a hit as ready HTTP/1.1 bytes (a keep-alive

@@ -4,14 +4,18 @@ import Foundation
 import NIOCore
 import Synchronization
 
-/// The request path (docs/architecture.md), step by step:
+/// The request path, in the steps of docs/architecture.md (the listener did step 1, receive):
 ///
-/// 1–6. ``PreparedRequest``: route, common params, login guard, token choice, cache scope and key;
-/// 7. the cache: a fresh entry answers (``CachedReply``), a stale one may answer while it is
-///    revalidated, concurrent misses share one upstream call (``MissCoalescer``);
-/// 8–14. ``UpstreamExchange``: inject, sign, send, read the envelope, renew and replay, log
-///    out, then ``EnvelopeSuccess`` (validate, capture, invalidate, unwrap);
-/// 15. store what may be stored; reply. Opaque requests stream through
+/// 2. prepare (``PreparedRequest``): route, common params, login guard, token choice, cache
+///    scope and key;
+/// 3. the fast path (``fastPath(_:)``);
+/// 4. lookup: a fresh entry answers (``CachedReply``), a stale one may answer while it is
+///    revalidated (``RevalidationService``);
+/// 5. coalesce: concurrent misses share one upstream call (``MissCoalescer``);
+/// 6. exchange (``UpstreamExchange``): inject, sign, send, read the envelope, renew and
+///    replay, log out;
+/// 7. success steps (``EnvelopeSuccess``): validate, capture, invalidate, unwrap;
+/// 8. store what may be stored; 9. reply. Opaque requests skip 4–8 and stream through
 ///    ``UpstreamExchange/forwardStreamed(_:body:)``.
 ///
 /// ``fastPath(_:)`` is the synchronous subset a listener runs on its event loop: a fresh
@@ -32,7 +36,7 @@ public final class ProxyPipeline: Sendable {
         (session, events) = (exchange.lifecycle.session, exchange.lifecycle.events)
     }
 
-    /// A request after steps 1–6, or its answer when the login guard refused it.
+    /// A request after step 2 (prepare), or its answer when the login guard refused it.
     enum Preparation: Sendable {
         case ready(PreparedRequest, streamedBody: IncomingRequest.Body?)
         case answer(ProxyAnswer)

@@ -1,7 +1,7 @@
 import ConciergeCore
 import Foundation
 
-/// Step 7's question before a request leaves: which token to send. The app token is
+/// Step 6's first question before a request leaves: which token to send. The app token is
 /// fetched on first need; a user token close to its expiry is renewed ahead
 /// (`refresh_ahead`) so the upstream never sees it expire.
 enum TokenBeforeSending {

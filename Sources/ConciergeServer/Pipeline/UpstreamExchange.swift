@@ -11,9 +11,10 @@ struct Storable: Sendable {
     var body: ByteBuffer
 }
 
-/// Steps 7–11 of the request path for a buffered request: inject the token, sign, send,
-/// read the envelope, renew the token and replay on an expiry signal, log out on a logout
-/// code, and hand a successful reply to ``EnvelopeSuccess``. One result, three cases.
+/// Step 6 of the request path (docs/architecture.md) for a buffered request: inject the
+/// token, sign, send, read the envelope, renew the token and replay on an expiry signal, log
+/// out on a logout code, and hand a successful reply to ``EnvelopeSuccess``. One result,
+/// three cases.
 struct UpstreamExchange: Sendable {
     enum Result: Sendable {
         /// A usable reply; `storable` when the cache may keep it.
@@ -106,7 +107,7 @@ struct UpstreamExchange: Sendable {
         return .upstreamDown(attempt.answer(LocalReplies.unavailable(p.config, status: status), p))
     }
 
-    /// Steps 9–11 for one upstream reply.
+    /// Step 6 for one upstream reply: the envelope, then renew-and-replay, logout or success.
     nonisolated(nonsending) private func judge(_ response: UpstreamResponse, _ p: PreparedRequest, _ attempt: Attempt) async -> Step {
         let headers = HopByHopFields.endToEnd(response.headers, dropping: Self.replacedInReplies)
         var upstreamAnswer = attempt.answer(ProxyReply(status: response.status, headers: headers, body: .buffer(response.body)), p)
@@ -130,7 +131,7 @@ struct UpstreamExchange: Sendable {
         return await readEnvelope(response, upstreamAnswer, p, attempt)
     }
 
-    /// Step 10: the business code decides; the whole tree is parsed only when a later step
+    /// The envelope: the business code decides; the whole tree is parsed only when a later step
     /// reads it, else a scan finds just the code.
     nonisolated(nonsending) private func readEnvelope(_ response: UpstreamResponse, _ upstreamAnswer: ProxyAnswer, _ p: PreparedRequest,
                               _ attempt: Attempt) async -> Step {

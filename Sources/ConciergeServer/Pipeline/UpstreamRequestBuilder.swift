@@ -3,7 +3,7 @@ import Logging
 import NIOCore
 import NIOHTTP1
 
-/// Steps 7–8 of the request path and the request that goes upstream: the token injected,
+/// Step 6's inject and sign, and the request that goes upstream: the token injected,
 /// the signature added, the client's end-to-end headers kept, `X-Forwarded-For` and `Via`
 /// added.
 enum UpstreamRequestBuilder {
