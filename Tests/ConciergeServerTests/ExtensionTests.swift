@@ -214,6 +214,10 @@ struct ExtensionTests {
               - url: http://127.0.0.1:1/dead
             """) { rig in
             try await rig.login("max")
+            // Each delivery is its own task: wait for the first before causing the second, so
+            // the last one the receiver sees is known.
+            #expect(await eventually { receiver.state.calls("/api/echo") == 1 })
+            #expect(JSONValue.parse(receiver.state.lastRequest("/api/echo")?.body ?? "")?[path: "type"] == "session.login")
             let started = ContinuousClock.now
             _ = try await rig.admin(.POST, "/cache/invalidate", json: ["all": true])
             let reply = try await rig.get("/api/items")
