@@ -41,13 +41,17 @@ public final class CacheStore: Sendable {
         self.database = database
         self.maxBytes = maxBytes
         hot = HotTier(capacityBytes: memoryBytes)
-        let rows = try database.pool.read { db in try CacheWriter.allRows(db) }
-        var totals = KeyIndex.Totals()
-        for row in rows {
-            totals.entries += 1
-            totals.bytes += row.size
+        let (totals, hashes) = try database.pool.read { db -> (KeyIndex.Totals, Set<UInt64>) in
+            var totals = KeyIndex.Totals()
+            var hashes = Set<UInt64>(minimumCapacity: try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM cache_entry") ?? 0)
+            try CacheWriter.forEachRow(db) { row in
+                totals.entries += 1
+                totals.bytes += row.size
+                hashes.insert(row.hash)
+            }
+            return (totals, hashes)
         }
-        let index = SharedKeyIndex(KeyIndex(totals: totals, hashes: Set(rows.map(\.hash))))
+        let index = SharedKeyIndex(KeyIndex(totals: totals, hashes: hashes))
         reader = CacheReader(database: database, hot: hot, index: index, accesses: AccessLog(), clock: clock,
                              logger: logger, encodeHead: encodeHead)
         writer = CacheWriter(database: database, maxBytes: maxBytes, index: index, reader: reader, logger: logger)

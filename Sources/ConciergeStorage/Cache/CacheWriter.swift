@@ -251,17 +251,22 @@ final class CacheWriter: Sendable {
         }
     }
 
-    /// Every row's id, key hash and size, straight from SQLite's buffers.
+    /// Every row's id, key hash and size.
     static func allRows(_ db: Database) throws -> [KeyIndex.Row] {
         var rows: [KeyIndex.Row] = []
+        try forEachRow(db) { rows.append($0) }
+        return rows
+    }
+
+    /// Each row's id, key hash and size, straight from SQLite's buffers (no string per key).
+    static func forEachRow(_ db: Database, _ body: (KeyIndex.Row) -> Void) throws {
         let statement = try db.makeStatement(sql: "SELECT rowid, key, size FROM cache_entry")
         let raw = statement.sqliteStatement
         defer { sqlite3_reset(raw) }
         while sqlite3_step(raw) == SQLITE_ROW {
             guard let text = sqlite3_column_text(raw, 1) else { continue }
             let hash = KeyHash.of(UnsafeRawBufferPointer(start: text, count: Int(sqlite3_column_bytes(raw, 1))))
-            rows.append(KeyIndex.Row(rowid: sqlite3_column_int64(raw, 0), hash: hash, size: Int(sqlite3_column_int64(raw, 2))))
+            body(KeyIndex.Row(rowid: sqlite3_column_int64(raw, 0), hash: hash, size: Int(sqlite3_column_int64(raw, 2))))
         }
-        return rows
     }
 }
