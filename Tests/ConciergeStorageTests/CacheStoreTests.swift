@@ -343,14 +343,15 @@ struct CacheStoreTests {
         let dir = try TempDirectory()
         defer { dir.remove() }
         let maxBytes = 1 << 20
-        let fixture = try StoreFixture(path: dir.path("cache.sqlite"), maxBytes: maxBytes, memoryBytes: 4 << 20)
+        let clock = ManualClock()
+        let fixture = try StoreFixture(path: dir.path("cache.sqlite"), maxBytes: maxBytes, memoryBytes: 4 << 20, clock: clock.wallClock)
         let store = fixture.store
         let size = 16 << 10
-        for i in 0..<20 { store.store(makeEntry(key: Self.blobKey(i), endpoint: "blob", size: size)) }
+        for i in 0..<20 { store.store(makeEntry(key: Self.blobKey(i), endpoint: "blob", size: size, storedAt: clock.now)) }
         try await fixture.flush()
-        try await Task.sleep(for: .milliseconds(20))
+        clock.advance(by: 2)
         #expect(try await bounded("lookup") { await store.lookup(Self.blobKey(0)) } != nil)  // touch the oldest
-        try await Task.sleep(for: .milliseconds(20))
+        clock.advance(by: 2)
         // 55 entries in all: over the 80% high-water mark, so some go, but far fewer than 20.
         for i in 20..<55 { store.store(makeEntry(key: Self.blobKey(i), endpoint: "blob", size: size)) }
         try await fixture.flush()

@@ -61,7 +61,7 @@ struct KeyIndex: Sendable {
     func mayHaveRow(_ hash: UInt64) -> Bool { presence.contains(hash) }
 
     /// Whether the row must not be served or listed.
-    func isDoomed(_ rowid: Int64) -> Bool { doomed[rowid] != nil }
+    func isDoomed(_ rowid: Int64) -> Bool { !doomed.isEmpty && doomed[rowid] != nil }
 
     var hasDoomedRows: Bool { !doomed.isEmpty }
 
@@ -94,7 +94,7 @@ struct KeyIndex: Sendable {
     /// A put stored `size` bytes in row `rowid`, replacing `old` (the key's row before, if any).
     mutating func stored(rowid: Int64, size: Int, replacing old: Row?) {
         if let old {
-            if let doom = doomed[old.rowid], !doom.revived {
+            if !doomed.isEmpty, let doom = doomed[old.rowid], !doom.revived {
                 totals.entries += 1  // counted out by its invalidation
                 revive(old.rowid, doom)
             } else {
@@ -103,14 +103,14 @@ struct KeyIndex: Sendable {
         } else {
             totals.entries += 1
             // SQLite may give a new row the rowid of a deleted one still waiting for release.
-            if let doom = doomed[rowid], !doom.revived { revive(rowid, doom) }
+            if !doomed.isEmpty, let doom = doomed[rowid], !doom.revived { revive(rowid, doom) }
         }
         totals.bytes += size
     }
 
     /// A row was deleted (sweep, eviction, invalidation by endpoint or user).
     mutating func deleted(_ row: Row) {
-        if let doom = doomed[row.rowid] {
+        if !doomed.isEmpty, let doom = doomed[row.rowid] {
             batchReleases.append((row.rowid, doom.token))
             guard doom.revived else { return }  // already counted out
         }
@@ -183,6 +183,7 @@ struct KeyIndex: Sendable {
     }
 
     private mutating func releaseDue() {
+        guard !scheduled.isEmpty else { return }
         let oldestRead = readers.keys.min() ?? UInt64.max
         while let first = scheduled.first, first.epoch <= oldestRead {
             scheduled.removeFirst()
