@@ -45,6 +45,19 @@ struct HostileInputTests {
 
     // MARK: Header names and values Concierge builds
 
+    @Test("a valid GET that misses, followed by garbage in the same write, gets its reply, then the 400, then the close")
+    func pipelinedMissThenGarbage() async throws {
+        try await ConciergeTestRig.with { rig in
+            let text = "GET /api/items?pipelined=1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nGET /api/items HTTP/1.1\r\nNot a header line\r\n\r\n"
+            let reply = try await RawSocket.exchange(text, port: rig.proxyPort)
+            let ok = try #require(reply.range(of: "HTTP/1.1 200 OK\r\n"), "the GET's reply: \(reply.prefix(200))")
+            let bad = try #require(reply.range(of: "HTTP/1.1 400 Bad Request\r\n"), "the error reply: \(reply.prefix(400))")
+            #expect(ok.lowerBound == reply.startIndex)
+            #expect(ok.lowerBound < bad.lowerBound)
+            #expect(rig.api.state.calls("/api/items") == 1)
+        }
+    }
+
     @Test("a batch sub-request with a non-ASCII header name is a 400 and the daemon keeps serving")
     func batchNonASCIIHeaderName() async throws {
         try await ConciergeTestRig.with { rig in
