@@ -174,7 +174,7 @@ struct DialectConfigTests {
         #expect(request.path == "/oauth/token")
     }
 
-    @Test("a token reply is good on 2xx with a token and no failure code; 4xx is rejected; a failure code is unusable")
+    @Test("a token reply is good on 2xx with a token and no failure code; only a dead grant is rejected; every other refusal keeps the session")
     func tokenReplyRule() throws {
         let config = try ConfigLoader.parse(yaml: "upstreams:\n  r: https://a.example\nenvelope:\n  code_path: errcode\n  success_codes: [0]\n")
         let reader = EnvelopeReader(envelope: config.envelope)
@@ -185,8 +185,48 @@ struct DialectConfigTests {
         #expect(judge(200, #"{"access_token":"t1","expires_in":7200}"#) == .good(accessToken: "t1", refreshToken: nil, expiresIn: 7200))
         #expect(judge(200, #"{"errcode":0,"access_token":"t1","refresh_token":"r1"}"#) == .good(accessToken: "t1", refreshToken: "r1", expiresIn: nil))
         #expect(judge(400, #"{"error":"invalid_grant"}"#) == .rejected(reason: "HTTP 400 (invalid_grant)"))
-        if case .unusable = judge(200, #"{"errcode":40125,"errmsg":"invalid appsecret"}"#) {} else { Issue.record("expected unusable") }
-        if case .unusable = judge(200, #"{"access_token":""}"#) {} else { Issue.record("expected unusable") }
+        if case .refused = judge(200, #"{"errcode":40125,"errmsg":"invalid appsecret"}"#) {} else { Issue.record("expected refused") }
+        if case .refused = judge(200, #"{"access_token":""}"#) {} else { Issue.record("expected refused") }
+        // RFC 6749 §5.2: only invalid_grant (or a listed error) says the grant is dead.
+        #expect(judge(401, #"{"error":"invalid_client"}"#) == .refused(reason: "HTTP 401 (invalid_client)", retryAfter: nil, clientCredentials: true))
+        #expect(judge(400, #"{"error":"unauthorized_client"}"#)
+            == .refused(reason: "HTTP 400 (unauthorized_client)", retryAfter: nil, clientCredentials: true))
+        #expect(TokenReply.judge(status: 429, body: .parse(#"{"error":"slow_down"}"#), envelope: reader, accessToken: "access_token",
+                                 refreshToken: nil, expiresIn: nil, retryAfter: 7)
+            == .refused(reason: "HTTP 429 (slow_down)", retryAfter: 7, clientCredentials: false))
+        if case .refused = judge(408, "") {} else { Issue.record("a 408 keeps the session") }
+        #expect(TokenReply.judge(status: 200, body: .parse(#"{"errcode":810}"#), envelope: reader, accessToken: "access_token",
+                                 refreshToken: nil, expiresIn: nil, logoutErrors: ["invalid_grant", "810"]) == .rejected(reason: "HTTP 200, code 810"))
+    }
+
+    @Test("Retry-After in seconds or as an HTTP date")
+    func retryAfter() {
+        #expect(TokenReply.retryAfterSeconds("120") == 120)
+        #expect(TokenReply.retryAfterSeconds(" 5 ") == 5)
+        #expect(TokenReply.retryAfterSeconds(nil) == nil)
+        #expect(TokenReply.retryAfterSeconds("soon") == nil)
+        let now = Date(timeIntervalSince1970: 1_700_000_000)
+        #expect(TokenReply.retryAfterSeconds("Tue, 14 Nov 2023 22:13:50 GMT", now: now) == 30)
+    }
+
+    @Test("client_auth basic sends the form-encoded id and secret in Authorization; post sends them as body fields")
+    func clientAuthentication() throws {
+        var endpoint = ConciergeConfig.TokenEndpoint(method: "POST", path: "/oauth/token", upstream: nil,
+                                                     body: ["grant_type": "refresh_token", "refresh_token": "{refresh_token}"],
+                                                     accessToken: "access_token", refreshToken: "refresh_token", maxReplays: 3, timeout: .seconds(5))
+        endpoint.encoding = .form
+        endpoint.clientID = "my app"
+        endpoint.clientSecret = "s3cr:t/+"
+        endpoint.clientAuth = .basic
+        let basic = TokenRequest(endpoint, refreshToken: "rt", accessToken: nil)
+        let expected = "Basic " + Data("my+app:s3cr%3At%2F%2B".utf8).base64EncodedString()
+        #expect(basic.headers.first(name: "Authorization") == expected)
+        #expect(String(decoding: basic.body ?? [], as: UTF8.self) == "grant_type=refresh_token&refresh_token=rt")
+        endpoint.clientAuth = .post
+        let post = TokenRequest(endpoint, refreshToken: "rt", accessToken: nil)
+        #expect(post.headers.first(name: "Authorization") == nil)
+        #expect(String(decoding: post.body ?? [], as: UTF8.self)
+            == "client_id=my%20app&client_secret=s3cr%3At%2F%2B&grant_type=refresh_token&refresh_token=rt")
     }
 
     @Test("renewal ahead of expiry: within refresh_ahead, or within half the lifetime when that is shorter")

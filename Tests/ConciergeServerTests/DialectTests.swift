@@ -308,7 +308,7 @@ struct DingTalkDialectTests {
 /// The loop guard with a user session: the seed dialect's always-expired endpoint.
 @Suite("Refresh loop guard")
 struct RefreshLoopGuardTests {
-    @Test("an upstream that always answers 801: at most max_refreshes token calls, then not_logged_in and an event")
+    @Test("an upstream that always answers 801: at most max_refreshes token calls, then unavailable with Retry-After (the session kept) and an event")
     func userLoopGuard() async throws {
         let receiver = try await SampleAPI.start()
         defer { Task { await receiver.shutdown() } }
@@ -325,8 +325,10 @@ struct RefreshLoopGuardTests {
             #expect(rig.api.state.refreshCalls == 3)
             let second = try await rig.get("/api/always-expired")
             #expect(rig.api.state.refreshCalls == 5)
-            #expect(second.status == 401)
-            #expect(try await rig.get("/api/always-expired").status == 401)
+            #expect(second.status == 502)
+            #expect(second.header("Retry-After").flatMap(Int.init).map { (1...60).contains($0) } == true)
+            #expect(try await rig.get("/api/always-expired").status == 502)
+            #expect(try await rig.admin(.GET, "/session").json?[path: "logged_in"] == .bool(true))
             #expect(rig.api.state.refreshCalls == 5)
             #expect(rig.logText.contains("token calls throttled"))
             #expect(await eventually { receiver.state.calls("/api/echo") == 1 })

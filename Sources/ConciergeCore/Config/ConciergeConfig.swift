@@ -152,6 +152,20 @@ public struct ConciergeConfig: Sendable {
         public var query: [(name: String, value: String)] = []
         /// Path of the token lifetime in seconds in the reply.
         public var expiresIn: String? = nil
+        /// RFC 6749 `error` values (or business codes) of a refused token request that end the
+        /// session; any other refusal keeps it.
+        public var logoutErrors: Set<String> = ["invalid_grant"]
+        /// The client's credentials (RFC 6749 §2.3.1), sent as `clientAuth` says.
+        public var clientID: String? = nil
+        public var clientSecret: String? = nil
+        public var clientAuth: ClientAuth = .post
+
+        public enum ClientAuth: String, Sendable, CaseIterable {
+            /// `client_id` and `client_secret` as body fields.
+            case post
+            /// `Authorization: Basic` over the form-encoded id and secret.
+            case basic
+        }
     }
 
     public struct Cache: Sendable {

@@ -69,7 +69,8 @@ public enum ConfigLoader {
             throw ConfigError(file: nil, issues: issues)
         }
         var result = config!
-        result.secretValues = reader.substitutedValues.sorted()
+        let clientSecrets = [result.session.refresh, result.session.appToken].compactMap { $0?.clientSecret }
+        result.secretValues = reader.substitutedValues.union(clientSecrets).sorted()
         return result
     }
 
@@ -230,7 +231,8 @@ public enum ConfigLoader {
     }
 
     static let tokenEndpointKeys = ["method", "path", "upstream", "encoding", "headers", "query", "body", "access_token",
-                                    "refresh_token", "expires_in", "max_replays", "timeout"]
+                                    "refresh_token", "expires_in", "max_replays", "timeout", "logout_errors", "client_id",
+                                    "client_secret", "client_auth"]
 
     /// `session.refresh` and `session.app_token`: a token request Concierge sends itself.
     static func tokenEndpoint(_ node: Node, _ path: String, _ r: YAMLReader, defaultMethod: String,
@@ -281,7 +283,21 @@ public enum ConfigLoader {
         if let v = m["timeout"], let d = r.duration(v, "\(path).timeout") {
             if d > .zero { t.timeout = d } else { r.fail("\(path).timeout", v, "must be greater than 0") }
         }
+        clientAuthentication(m, path, r, into: &t)
         return t
+    }
+
+    /// `logout_errors`, `client_id`, `client_secret` and `client_auth` of a token request.
+    static func clientAuthentication(_ m: [String: Node], _ path: String, _ r: YAMLReader, into t: inout ConciergeConfig.TokenEndpoint) {
+        if let v = m["logout_errors"], let list = r.stringList(v, "\(path).logout_errors") { t.logoutErrors = Set(list) }
+        if let v = m["client_id"] { t.clientID = r.nonEmptyString(v, "\(path).client_id") }
+        if let v = m["client_secret"] { t.clientSecret = r.nonEmptyString(v, "\(path).client_secret") }
+        if let v = m["client_auth"], let s = r.string(v, "\(path).client_auth") {
+            if let auth = ConciergeConfig.TokenEndpoint.ClientAuth(rawValue: s) { t.clientAuth = auth } else {
+                r.fail("\(path).client_auth", v, "expected post or basic, found '\(s)'")
+            }
+        }
+        if t.clientSecret != nil, t.clientID == nil { r.fail("\(path).client_id", m["client_secret"], "missing: client_secret needs client_id") }
     }
 
     static func cannedReply(_ node: Node, _ path: String, _ r: YAMLReader) -> CannedReply? {

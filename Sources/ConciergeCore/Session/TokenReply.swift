@@ -1,34 +1,63 @@
 import Foundation
 
-/// A reply to a token call (capture, refresh, app token) judged by SPEC §9's rule: good when
-/// it is HTTP 2xx, its access-token path holds a non-empty value and its envelope is not a
-/// failure (a code, if present, is a success code). Not the envelope alone: OAuth2 and
-/// WeChat token replies carry no code at all.
+/// A reply to a token call (capture, refresh, app token), judged: good when it is HTTP 2xx,
+/// its access-token path holds a non-empty value and its envelope is not a failure (a code,
+/// if present, is a success code). Not the envelope alone: OAuth2 and WeChat token replies
+/// carry no code at all.
+///
+/// A refusal ends the session only when the provider says the grant is dead (RFC 6749 §5.2
+/// `invalid_grant`, or an error or code the endpoint lists in `logout_errors`, or a logout
+/// code). Every other refusal (`invalid_client`, a rate limit, a timeout, a reply without a
+/// token) says nothing about the user's session, which is kept.
 public enum TokenReply: Sendable, Equatable {
     /// The tokens the reply gave; `refreshToken` and `expiresIn` when their paths held one.
     case good(accessToken: String, refreshToken: String?, expiresIn: Double?)
-    /// The token endpoint refused the credentials (HTTP 4xx, e.g. `invalid_grant`).
+    /// The grant is dead: the session ends.
     case rejected(reason: String)
-    /// Any other bad reply (no token, a failure code on a 2xx, not JSON).
-    case unusable(reason: String)
+    /// No token this time; the session is kept. `retryAfter`: the provider's `Retry-After`
+    /// (seconds); `clientCredentials`: the provider refused Concierge's own credentials
+    /// (`invalid_client`, `unauthorized_client`).
+    case refused(reason: String, retryAfter: Int?, clientCredentials: Bool)
 
     /// Judges a reply with HTTP `status` and the parsed `body` (`nil` when not JSON).
+    /// - Parameters:
+    ///   - logoutErrors: `error` values or business codes that end the session.
+    ///   - retryAfter: the reply's `Retry-After`, in seconds, if it had one.
     public static func judge(status: Int, body: JSONValue?, envelope: EnvelopeReader, accessToken: String,
-                             refreshToken: String?, expiresIn: String?) -> TokenReply {
-        guard (200..<300).contains(status) else {
-            let error = body?[path: "error"]?.stringValue ?? envelope.code(in: body)?.description
-            return .rejected(reason: "HTTP \(status)\(error.map { " (\($0))" } ?? "")")
+                             refreshToken: String?, expiresIn: String?, logoutErrors: Set<String> = ["invalid_grant"],
+                             retryAfter: Int? = nil) -> TokenReply {
+        let error = body?[path: "error"]?.stringValue
+        let code = envelope.code(in: body)
+        if status < 500, let error, logoutErrors.contains(error) { return .rejected(reason: "HTTP \(status) (\(error))") }
+        if status < 500, let code, logoutErrors.contains(code.description) || envelope.envelope.logoutCodes(contains: code) {
+            return .rejected(reason: "HTTP \(status), code \(code)")
         }
-        guard let body else { return .unusable(reason: "reply is not JSON") }
-        if let code = envelope.code(in: body), !envelope.envelope.successCodes(contains: code) {
-            return .unusable(reason: "reply has code \(code)")
+        guard (200..<300).contains(status) else {
+            let clientCredentials = error == "invalid_client" || error == "unauthorized_client" || (status == 401 && error == nil)
+            let what = error ?? code?.description
+            return .refused(reason: "HTTP \(status)\(what.map { " (\($0))" } ?? "")", retryAfter: retryAfter, clientCredentials: clientCredentials)
+        }
+        guard let body else { return .refused(reason: "reply is not JSON", retryAfter: nil, clientCredentials: false) }
+        if let code, !envelope.envelope.successCodes(contains: code) {
+            return .refused(reason: "reply has code \(code)", retryAfter: nil, clientCredentials: false)
         }
         guard let value = body[path: accessToken], value != .null, case let access = value.parameterText, !access.isEmpty else {
-            return .unusable(reason: "no access token at \(accessToken)")
+            return .refused(reason: "no access token at \(accessToken)", retryAfter: nil, clientCredentials: false)
         }
         let refresh = refreshToken.flatMap { body[path: $0] }.flatMap { $0 == .null ? nil : $0.parameterText }.flatMap { $0.isEmpty ? nil : $0 }
         let lifetime = expiresIn.flatMap { body[path: $0] }.flatMap { Double($0.parameterText) }.flatMap { $0 > 0 ? $0 : nil }
         return .good(accessToken: access, refreshToken: refresh, expiresIn: lifetime)
+    }
+
+    /// `Retry-After` in seconds: delay-seconds, or an HTTP date from `now` (RFC 9110 §10.2.3).
+    public static func retryAfterSeconds(_ value: String?, now: Date = Date()) -> Int? {
+        guard let value = value?.trimmingCharacters(in: .whitespaces), !value.isEmpty else { return nil }
+        if let seconds = Int(value) { return max(0, seconds) }
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+        return formatter.date(from: value).map { max(0, Int($0.timeIntervalSince(now).rounded(.up))) }
     }
 
     /// The expiry a lifetime in seconds gives a token received at `now`.

@@ -1,3 +1,4 @@
+import Foundation
 import NIOHTTP1
 
 /// The HTTP request for a token call (`session.refresh` or `session.app_token`), built from
@@ -26,7 +27,15 @@ public struct TokenRequest: Sendable, Equatable {
         }
         self.target = target
         headers = ["Accept": "application/json"]
-        if let template = endpoint.body {
+        var template = endpoint.body
+        if endpoint.clientAuth == .post, let id = endpoint.clientID {
+            var members: [String: JSONValue] = [:]
+            if case .object(let existing)? = template { members = existing }
+            members["client_id"] = .string(id)
+            if let secret = endpoint.clientSecret { members["client_secret"] = .string(secret) }
+            template = .object(members)
+        }
+        if let template {
             let filled = Self.fill(template, values)
             switch endpoint.encoding {
             case .json:
@@ -43,10 +52,20 @@ public struct TokenRequest: Sendable, Equatable {
                 body = Array(QueryString.encode(fields).utf8)
             }
         }
+        if endpoint.clientAuth == .basic, let id = endpoint.clientID {
+            headers.replaceOrAdd(name: "Authorization", value: Self.basicCredentials(id: id, secret: endpoint.clientSecret ?? ""))
+        }
         for header in endpoint.headers {
             let value = Self.fill(header.value, values)
             headers.replaceOrAdd(name: header.name, value: value)
         }
+    }
+
+    /// RFC 6749 §2.3.1: `Basic` over `urlencode(id) ":" urlencode(secret)` (form encoding).
+    public static func basicCredentials(id: String, secret: String) -> String {
+        func formEncode(_ text: String) -> String { QueryString.percentEncode(text).replacingOccurrences(of: "%20", with: "+") }
+        let pair = formEncode(id) + ":" + formEncode(secret)
+        return "Basic " + Data(pair.utf8).base64EncodedString()
     }
 
     static func fill(_ text: String, _ values: [String: String], percentEncoded: Bool = false) -> String {

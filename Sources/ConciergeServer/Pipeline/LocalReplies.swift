@@ -14,6 +14,14 @@ enum LocalReplies {
         .json(status ?? config.config.envelope.unavailable.status, config.config.envelope.unavailable.body)
     }
 
+    /// `envelope.unavailable` for a request whose token could not be had this time, with
+    /// `Retry-After` when the provider (or the loop guard) said when to try again.
+    static func tokenUnavailable(_ config: RuntimeConfig, retryAfter: Int?) -> ProxyReply {
+        var reply = unavailable(config)
+        if let retryAfter { reply.headers.replaceOrAdd(name: "Retry-After", value: String(retryAfter)) }
+        return reply
+    }
+
     /// `envelope.invalid` with the problem appended to its message.
     static func invalid(_ config: RuntimeConfig, problem: String) -> ProxyReply {
         let envelope = config.config.envelope

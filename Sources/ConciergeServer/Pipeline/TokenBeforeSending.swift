@@ -3,7 +3,8 @@ import Foundation
 
 /// Step 6's first question before a request leaves: which token to send. The app token is
 /// fetched on first need; a user token close to its expiry is renewed ahead
-/// (`refresh_ahead`) so the upstream never sees it expire.
+/// (`refresh_ahead`) so the upstream never sees it expire. A token whose known expiry has
+/// passed is never sent: when it cannot be renewed the request is answered `unavailable`.
 enum TokenBeforeSending {
     enum Decision: Sendable {
         case send(String?)
@@ -15,19 +16,28 @@ enum TokenBeforeSending {
         let config = p.config.config
         guard let token = p.token else {
             // An app token not fetched yet.
-            switch await refresher.freshToken(replacing: nil) {
+            let outcome = await refresher.freshToken(replacing: nil)
+            switch outcome {
             case .refreshed(let fresh): return .send(fresh)
             case .loggedOut: return notLoggedIn(p)
-            case .unavailable, .throttled: return .answer(LocalReplies.unavailable(p.config), nil)
+            case .unavailable, .throttled:
+                return .answer(LocalReplies.tokenUnavailable(p.config, retryAfter: outcome.retryAfter), nil)
             }
         }
+        let now = Date()
         guard let current, current.accessToken == token, config.session.tokenEndpoint != nil,
-              current.needsRenewal(at: Date(), ahead: config.session.refreshAhead)
+              current.needsRenewal(at: now, ahead: config.session.refreshAhead)
         else { return .send(token) }
-        switch await refresher.freshToken(replacing: token) {
+        let outcome = await refresher.freshToken(replacing: token, expirySignal: false)
+        switch outcome {
         case .refreshed(let fresh): return .send(fresh)
         case .loggedOut: return notLoggedIn(p)
-        case .unavailable, .throttled: return .send(token)  // still valid for a moment: try it
+        case .unavailable, .throttled:
+            // Still valid for a moment: try it. Past its expiry it is never sent.
+            if let expiresAt = current.expiresAt, expiresAt <= now {
+                return .answer(LocalReplies.tokenUnavailable(p.config, retryAfter: outcome.retryAfter), nil)
+            }
+            return .send(token)
         }
     }
 

@@ -185,17 +185,16 @@ struct UpstreamExchange: Sendable {
             logger.warning("token still expired after the last replay", metadata: ["endpoint": "\(p.endpoint.name)", "replays": "\(attempt.replays)"])
             return .done(.failure(upstreamAnswer))
         }
-        switch await refresher.freshToken(replacing: stale) {
+        let outcome = await refresher.freshToken(replacing: stale)
+        switch outcome {
         case .refreshed(let fresh):
             return .replay(fresh)
         case .loggedOut:
             let (reply, code) = LocalReplies.notLoggedIn(p.config)
             return .done(.failure(attempt.answer(reply, p, code: code)))
-        case .throttled where session.kind == .user:
-            let (reply, code) = LocalReplies.notLoggedIn(p.config)
-            return .done(.failure(attempt.answer(reply, p, code: code)))
         case .unavailable, .throttled:
-            return .done(.failure(attempt.answer(LocalReplies.unavailable(p.config), p)))
+            // The session is kept: a throttled or failed renewal is never `not_logged_in`.
+            return .done(.failure(attempt.answer(LocalReplies.tokenUnavailable(p.config, retryAfter: outcome.retryAfter), p)))
         }
     }
 

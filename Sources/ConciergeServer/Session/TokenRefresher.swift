@@ -10,19 +10,37 @@ import NIOHTTP1
 /// through the pipeline, so a refresh can never trigger another refresh; their bodies and
 /// queries (client secret, app secret, refresh token) are never logged.
 ///
-/// A loop guard (`session.max_refreshes`, default 5 per 60 s) bounds the token calls: beyond
-/// it a request that needs a new token gets ``Outcome/throttled`` without a call.
+/// Only a dead grant ends a session (``TokenReply/rejected(reason:)``: `invalid_grant`, a
+/// listed error or a logout code): a provider that is down, slow, rate-limiting or refusing
+/// Concierge's own client credentials makes the request that needed the token `unavailable`
+/// (with `Retry-After` when known) and keeps the session. After a refusal with `Retry-After`
+/// no token call is made before that time.
+///
+/// A loop guard (`session.max_refreshes`, default 5 per 60 s) counts the token calls that
+/// succeeded and whose new token met an expiry signal at once (an upstream that keeps
+/// refusing fresh tokens); failed calls never count. Beyond it a request that needs a new
+/// token gets ``Outcome/throttled(retryAfter:)`` without a call.
 public actor TokenRefresher {
     public enum Outcome: Sendable, Equatable {
         /// Send (or replay) with this token.
         case refreshed(String)
         /// No user session any more: answer `not_logged_in`.
         case loggedOut
-        /// No token could be had this time (the token endpoint failed or is unreachable):
-        /// answer `unavailable`; the session, if any, is kept.
-        case unavailable
-        /// The loop guard refused a token call.
-        case throttled
+        /// No token could be had this time (the token endpoint failed, refused or is
+        /// unreachable): answer `unavailable`, with `Retry-After` when known; the session, if
+        /// any, is kept.
+        case unavailable(retryAfter: Int?)
+        /// The loop guard refused a token call: answer `unavailable`, retry after that long.
+        case throttled(retryAfter: Int)
+
+        /// When to try again, for an outcome that got no token.
+        public var retryAfter: Int? {
+            switch self {
+            case .unavailable(let seconds): return seconds
+            case .throttled(let seconds): return seconds
+            case .refreshed, .loggedOut: return nil
+            }
+        }
     }
 
     private let session: SessionState
@@ -33,8 +51,17 @@ public actor TokenRefresher {
     private let lifecycle: SessionLifecycle
     private let logger: Logger
     private var inFlight: Task<Outcome, Never>?
-    private var recentCalls: [ContinuousClock.Instant] = []
+    /// When a fresh token from a successful call met an expiry signal (the loop guard's count).
+    private var loopSignals: [ContinuousClock.Instant] = []
+    /// The last token a call of this refresher obtained.
+    private var lastIssued: String?
     private var throttling = false
+    /// No token call before this (the provider's `Retry-After`).
+    private var blockedUntil: ContinuousClock.Instant?
+    private var blockedRetryAfter: Int?
+    /// When Concierge's own client credentials were last reported refused (once a minute).
+    private var lastCredentialsError: ContinuousClock.Instant?
+    private var warnedShortLifetime = false
 
     init(session: SessionState, transport: any UpstreamTransport, runtime: Runtime, stats: ProxyStats, events: EventBus,
          lifecycle: SessionLifecycle, logger: Logger) {
@@ -50,38 +77,74 @@ public actor TokenRefresher {
     /// A token newer than `staleToken` (`nil`: any token, e.g. the app token on first need):
     /// the current one if another request already renewed it, else the result of the one
     /// token call in flight (started if none is).
-    public func freshToken(replacing staleToken: String?) async -> Outcome {
+    /// - Parameter expirySignal: the upstream refused `staleToken` (an expiry signal), rather
+    ///   than the token nearing its known expiry (`refresh_ahead`).
+    public func freshToken(replacing staleToken: String?, expirySignal: Bool = true) async -> Outcome {
         let config = runtime.current.config.session
         let current = session.current.flatMap { $0.kind == config.kind ? $0 : nil }
         if let current, current.accessToken != staleToken { return .refreshed(current.accessToken) }
         if config.kind == .user, current == nil { return .loggedOut }
         if let inFlight { return await inFlight.value }
-        guard admitCall(limit: config.maxRefreshes) else { return .throttled }
+        let now = ContinuousClock.now
+        if let blockedUntil, now < blockedUntil { return .unavailable(retryAfter: Self.seconds(blockedUntil - now)) }
+        if expirySignal, let staleToken, staleToken == lastIssued { loopSignals.append(now) }
+        if let wait = throttle(limit: config.maxRefreshes, now: now) { return .throttled(retryAfter: wait) }
         let generation = session.generation
         let task = Task { await self.perform(current, generation: generation) }
         inFlight = task
         let outcome = await task.value
         inFlight = nil
+        if case .refreshed(let token) = outcome { lastIssued = token }
         return outcome
     }
 
-    /// Whether one more token call fits in the loop guard's window (and records it).
-    private func admitCall(limit: ConciergeConfig.RefreshLimit) -> Bool {
-        let now = ContinuousClock.now
-        recentCalls.removeAll { now - $0 >= limit.within }
-        guard recentCalls.count < limit.count else {
-            if !throttling {
-                throttling = true
-                logger.warning("token calls throttled: the upstream keeps signalling expiry right after new tokens",
-                               metadata: ["max_refreshes": "\(limit.count)", "within": "\(limit.within)"])
-                events.publish("session.refresh_throttled", ["count": .int(Int64(limit.count)),
-                                                             "within_seconds": .int(limit.within.components.seconds)])
-            }
-            return false
+    /// `nil` when a token call fits in the loop guard's window, else the seconds until one does.
+    private func throttle(limit: ConciergeConfig.RefreshLimit, now: ContinuousClock.Instant) -> Int? {
+        loopSignals.removeAll { now - $0 >= limit.within }
+        guard loopSignals.count >= limit.count, let oldest = loopSignals.first else {
+            throttling = false
+            return nil
         }
-        throttling = false
-        recentCalls.append(now)
-        return true
+        if !throttling {
+            throttling = true
+            logger.warning("token calls throttled: the upstream keeps signalling expiry right after new tokens",
+                           metadata: ["max_refreshes": "\(limit.count)", "within": "\(limit.within)"])
+            events.publish("session.refresh_throttled", ["count": .int(Int64(limit.count)),
+                                                         "within_seconds": .int(limit.within.components.seconds)])
+        }
+        return max(1, Self.seconds(oldest + limit.within - now))
+    }
+
+    static func seconds(_ duration: Duration) -> Int {
+        max(0, Int(duration.components.seconds) + (duration.components.attoseconds > 0 ? 1 : 0))
+    }
+
+    /// A refusal that keeps the session: logged, and remembered when it says when to retry.
+    private func refused(_ reason: String, retryAfter: Int?, clientCredentials: Bool, path: String) -> Outcome {
+        let now = ContinuousClock.now
+        if clientCredentials {
+            if lastCredentialsError.map({ now - $0 >= .seconds(60) }) ?? true {
+                lastCredentialsError = now
+                logger.error("the token endpoint refused Concierge's client credentials (client_id / client_secret); sessions are kept",
+                             metadata: ["reason": "\(reason)", "path": "\(path)"])
+            }
+        } else {
+            logger.warning("token request failed; the session is kept", metadata: ["reason": "\(reason)", "path": "\(path)"])
+        }
+        if let retryAfter, retryAfter > 0 {
+            blockedUntil = now + .seconds(retryAfter)
+        }
+        return .unavailable(retryAfter: retryAfter)
+    }
+
+    /// Warns once when tokens live shorter than the loop guard allows between renewals.
+    private func checkLifetime(_ expiresIn: Double?, limit: ConciergeConfig.RefreshLimit) {
+        guard let expiresIn, !warnedShortLifetime else { return }
+        let within = Double(limit.within.components.seconds)
+        guard expiresIn < within / Double(limit.count) else { return }
+        warnedShortLifetime = true
+        logger.warning("tokens live shorter than session.max_refreshes allows between renewals: raise max_refreshes.count or lower within",
+                       metadata: ["expires_in": "\(Int(expiresIn))", "max_refreshes": "\(limit.count) per \(Int(within))s"])
     }
 
     private func perform(_ tokens: SessionTokens?, generation: Int) async -> Outcome {
@@ -100,12 +163,12 @@ public actor TokenRefresher {
         let reply: TokenReply
         switch await call(refresh, refreshToken: refreshToken, accessToken: tokens.accessToken, rc: rc, environment: environment) {
         case .answered(let judged): reply = judged
-        case .failed(let reason):
-            logger.warning("token refresh failed; the session is kept", metadata: ["reason": "\(reason)", "path": "\(refresh.path)"])
-            return .unavailable
+        case .failed(let reason, let retryAfter):
+            return refused(reason, retryAfter: retryAfter, clientCredentials: false, path: refresh.path)
         }
         switch reply {
         case .good(let access, let rotated, let expiresIn):
+            checkLifetime(expiresIn, limit: config.maxRefreshes)
             let now = Date()
             let newTokens = SessionTokens(accessToken: access, refreshToken: rotated ?? refreshToken, userID: tokens.userID, setAt: now,
                                           kind: .user, expiresAt: TokenReply.expiry(expiresIn, from: now),
@@ -114,53 +177,58 @@ public actor TokenRefresher {
                 if try await lifecycle.renewed(newTokens, ifGeneration: generation) { return .refreshed(access) }
             } catch {
                 logger.error("could not store the refreshed session", metadata: ["error": "\(error)"])
-                return .unavailable
+                return .unavailable(retryAfter: nil)
             }
             // A logout or a new login happened meanwhile: it wins.
             if let now = session.current { return .refreshed(now.accessToken) }
             return .loggedOut
-        case .rejected(let reason), .unusable(let reason):
-            logger.warning("token refresh refused; dropping the session", metadata: ["reason": "\(reason)", "path": "\(refresh.path)"])
+        case .rejected(let reason):
+            logger.warning("token refresh refused: the grant is dead; dropping the session",
+                           metadata: ["reason": "\(reason)", "path": "\(refresh.path)"])
             await lifecycle.logout(ifAccessToken: tokens.accessToken, reason: "refresh_failed")
             return .loggedOut
+        case .refused(let reason, let retryAfter, let clientCredentials):
+            return refused(reason, retryAfter: retryAfter, clientCredentials: clientCredentials, path: refresh.path)
         }
     }
 
     private func fetchAppToken(_ endpoint: ConciergeConfig.TokenEndpoint, rc: RuntimeConfig, environment: String,
                                generation: Int) async -> Outcome {
-        let reason: String
         switch await call(endpoint, refreshToken: nil, accessToken: nil, rc: rc, environment: environment) {
-        case .failed(let why): reason = why
-        case .answered(.rejected(let why)), .answered(.unusable(let why)): reason = why
+        case .failed(let why, let retryAfter):
+            return refused(why, retryAfter: retryAfter, clientCredentials: false, path: endpoint.path)
+        case .answered(.rejected(let why)):
+            return refused(why, retryAfter: nil, clientCredentials: false, path: endpoint.path)
+        case .answered(.refused(let why, let retryAfter, let clientCredentials)):
+            return refused(why, retryAfter: retryAfter, clientCredentials: clientCredentials, path: endpoint.path)
         case .answered(.good(let access, _, let expiresIn)):
+            checkLifetime(expiresIn, limit: rc.config.session.maxRefreshes)
             let now = Date()
             let tokens = SessionTokens(accessToken: access, refreshToken: nil, userID: nil, setAt: now, kind: .app,
                                        expiresAt: TokenReply.expiry(expiresIn, from: now))
             do {
                 if try await lifecycle.renewed(tokens, ifGeneration: generation) { return .refreshed(access) }
                 if let current = session.current, current.kind == .app { return .refreshed(current.accessToken) }
-                return .unavailable
+                return .unavailable(retryAfter: nil)
             } catch {
                 logger.error("could not store the app token", metadata: ["error": "\(error)"])
-                return .unavailable
+                return .unavailable(retryAfter: nil)
             }
         }
-        logger.warning("app token fetch failed", metadata: ["reason": "\(reason)", "path": "\(endpoint.path)"])
-        return .unavailable
     }
 
     private enum CallResult {
         case answered(TokenReply)
-        /// No judgeable reply: unreachable, timed out, or a 5xx.
-        case failed(String)
+        /// No judgeable reply: unreachable, timed out, or a 5xx (with its `Retry-After`).
+        case failed(String, retryAfter: Int?)
     }
 
-    /// Sends one token request and judges the reply by SPEC §9's token-reply rule.
+    /// Sends one token request and judges the reply (``TokenReply``).
     private func call(_ endpoint: ConciergeConfig.TokenEndpoint, refreshToken: String?, accessToken: String?,
                       rc: RuntimeConfig, environment: String) async -> CallResult {
         stats.increment(.refreshes)
         guard let upstream = rc.config.upstream(named: endpoint.upstream ?? environment) else {
-            return .failed("no upstream named \(endpoint.upstream ?? environment)")
+            return .failed("no upstream named \(endpoint.upstream ?? environment)", retryAfter: nil)
         }
         let built = TokenRequest(endpoint, refreshToken: refreshToken, accessToken: accessToken)
         let body: UpstreamRequest.Body = built.body.map { .bytes(ByteBuffer(bytes: $0)) } ?? .none
@@ -168,13 +236,14 @@ public actor TokenRefresher {
                                       timeout: endpoint.timeout)
         do {
             let response = try await transport.send(request, maxBody: rc.config.limits.maxBodyBytes)
-            if response.status >= 500 { return .failed("token endpoint answered HTTP \(response.status)") }
+            let retryAfter = TokenReply.retryAfterSeconds(response.headers.first(name: "retry-after"))
+            if response.status >= 500 { return .failed("token endpoint answered HTTP \(response.status)", retryAfter: retryAfter) }
             let json = JSONValue.parse(response.body.readableBytesView)
             return .answered(TokenReply.judge(status: response.status, body: json, envelope: rc.envelope,
                                               accessToken: endpoint.accessToken, refreshToken: endpoint.refreshToken,
-                                              expiresIn: endpoint.expiresIn))
+                                              expiresIn: endpoint.expiresIn, logoutErrors: endpoint.logoutErrors, retryAfter: retryAfter))
         } catch {
-            return .failed("\(error)")
+            return .failed("\(error)", retryAfter: nil)
         }
     }
 }
