@@ -52,6 +52,7 @@ extension SampleAPIRoutes {
         case "refresh_token":
             state.countRefresh()
             if configuration.refreshDelay > .zero { try await Task.sleep(for: configuration.refreshDelay) }
+            if let fault = state.tokenEndpointFault { return Self.failure(fault) }
             guard let refreshToken = params.bodyValue("refresh_token"), let tokens = state.rotateTokens(refreshToken: refreshToken) else {
                 return Self.oauthError("invalid_grant", "the refresh token is invalid, expired or revoked", status: .badRequest)
             }
@@ -80,6 +81,18 @@ extension SampleAPIRoutes {
             return SampleReply.json(["error": "invalid_token", "error_description": "the access token expired or is invalid"],
                                     status: .unauthorized,
                                     headers: [.wwwAuthenticate: "Bearer realm=\"sample\", error=\"invalid_token\""])
+        }
+    }
+
+    static func failure(_ fault: SampleAPIState.TokenEndpointFault) -> Response {
+        switch fault {
+        case .rateLimited(let seconds):
+            return SampleReply.json(["error": "temporarily_unavailable", "error_description": "rate limited"], status: .tooManyRequests,
+                                    headers: [.retryAfter: String(seconds), .cacheControl: "no-store"])
+        case .serverError:
+            return SampleReply.json(["error": "server_error"], status: .serviceUnavailable)
+        case .invalidClient:
+            return oauthError("invalid_client", "client authentication failed", status: .unauthorized)
         }
     }
 

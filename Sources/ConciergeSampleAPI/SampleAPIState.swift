@@ -11,6 +11,17 @@ public final class SampleAPIState: Sendable {
         var expirySignals = 0
         var lastRequestByPath: [String: SampleRequestRecord] = [:]
         var tokens = TokenRegistry()
+        var tokenFault: TokenEndpointFault?
+    }
+
+    /// How the OAuth2 token endpoint fails refresh grants: a provider in trouble, for tests.
+    public enum TokenEndpointFault: Sendable, Equatable {
+        /// 429 with `Retry-After`.
+        case rateLimited(retryAfter: Int)
+        /// 503, as a provider that is down behind its load balancer.
+        case serverError
+        /// 401 `invalid_client`, as when Concierge's client secret was rotated.
+        case invalidClient
     }
 
     private let storage = Mutex(Storage())
@@ -68,6 +79,15 @@ public final class SampleAPIState: Sendable {
     }
 
     // MARK: Control
+
+    /// From now on refresh grants fail this way (`nil`: they work again).
+    public func setTokenEndpointFault(_ fault: TokenEndpointFault?) {
+        storage.withLock { $0.tokenFault = fault }
+    }
+
+    public var tokenEndpointFault: TokenEndpointFault? {
+        storage.withLock { $0.tokenFault }
+    }
 
     /// Every access token issued so far answers code 801 from now on.
     public func expireAllAccessTokens() {

@@ -25,8 +25,10 @@ public enum DialectTestConfig {
     public static let oauth2Endpoints = "- { name: token, match: \"POST /oauth/token\" }\n"
         + userEndpoints(me: "/api/me", items: "/api/items", forbidden: "/api/forbidden")
 
-    public static func oauth2(sessionExtra: String = "") -> String {
-        """
+    /// - Parameter refreshExtra: more keys of `session.refresh` (one per line, unindented).
+    public static func oauth2(sessionExtra: String = "", refreshExtra: String = "") -> String {
+        let refreshLines = refreshExtra.split(separator: "\n").map { "    " + $0 }.joined(separator: "\n")
+        return """
         envelope:
           code_path: code
           success_when_missing: true
@@ -54,6 +56,7 @@ public enum DialectTestConfig {
             access_token: access_token
             refresh_token: refresh_token
             expires_in: expires_in
+        \(refreshLines)
         \(sessionExtra)
         """
     }

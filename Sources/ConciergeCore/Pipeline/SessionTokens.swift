@@ -34,6 +34,16 @@ public struct SessionTokens: Sendable, Equatable, Codable {
     /// Whether the token should be renewed before it is sent at `now`: less than
     /// `ahead` is left, or less than half of its lifetime when that is shorter (so a token
     /// that lives less than `ahead` is not renewed on every request).
+    /// Whether the token's known expiry has passed, or is so close that a request sent now
+    /// may reach the upstream after it: the expiry was computed when the reply arrived, a
+    /// little after the provider started its clock, so the last quarter of a second (up to
+    /// one second, a quarter of a short lifetime) counts as expired.
+    public func hasExpired(at now: Date) -> Bool {
+        guard let expiresAt else { return false }
+        let margin = min(1, max(expiresAt.timeIntervalSince(setAt), 0) / 4)
+        return expiresAt.timeIntervalSince(now) <= margin
+    }
+
     public func needsRenewal(at now: Date, ahead: Duration) -> Bool {
         guard let expiresAt else { return false }
         let lifetime = expiresAt.timeIntervalSince(setAt)

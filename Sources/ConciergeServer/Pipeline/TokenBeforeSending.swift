@@ -33,8 +33,8 @@ enum TokenBeforeSending {
         case .refreshed(let fresh): return .send(fresh)
         case .loggedOut: return notLoggedIn(p)
         case .unavailable, .throttled:
-            // Still valid for a moment: try it. Past its expiry it is never sent.
-            if let expiresAt = current.expiresAt, expiresAt <= now {
+            // Still valid for a moment: try it. Past its expiry (or about to be) it is never sent.
+            if current.hasExpired(at: now) {
                 return .answer(LocalReplies.tokenUnavailable(p.config, retryAfter: outcome.retryAfter), nil)
             }
             return .send(token)

@@ -1,0 +1,113 @@
+import ConciergeCore
+import ConciergeSampleAPI
+import ConciergeTestSupport
+import Foundation
+import Testing
+
+/// A session against an identity provider in trouble (the sample API's OAuth2 dialect with a
+/// token endpoint that rate-limits, is down or refuses Concierge's client credentials): only a
+/// dead grant ends a session; every other failure answers `unavailable` and keeps it.
+@Suite("Identity provider faults")
+struct IdentityProviderTests {
+    static func with(ttl: Duration = .seconds(3600), refreshExtra: String = "", _ body: (ConciergeTestRig) async throws -> Void) async throws {
+        try await ConciergeTestRig.with(endpoints: DialectTestConfig.oauth2Endpoints, extra: DialectTestConfig.oauth2(refreshExtra: refreshExtra),
+                                        apiConfiguration: SampleAPIConfiguration(accessTokenTTL: ttl, dialect: .oauth2),
+                                        environment: DialectTestConfig.environment, body)
+    }
+
+    static func loggedIn(_ rig: ConciergeTestRig) async throws -> Bool {
+        try await rig.admin(.GET, "/session").json?[path: "logged_in"] == .bool(true)
+    }
+
+    @Test("a 429 from the token endpoint keeps the session: unavailable with its Retry-After, and no token call before then")
+    func rateLimitedKeepsSession() async throws {
+        try await Self.with { rig in
+            #expect(try await OAuth2DialectTests.login(rig).status == 200)
+            rig.api.state.setTokenEndpointFault(.rateLimited(retryAfter: 30))
+            rig.api.state.expireAllAccessTokens()
+            let first = try await rig.get("/api/me")
+            #expect(first.status == 502)
+            #expect(first.header("Retry-After") == "30")
+            #expect(first.json?[path: "code"] != 800, "never not_logged_in")
+            let calls = rig.api.state.tokenCalls
+            let second = try await rig.get("/api/items")
+            #expect(second.status == 502)
+            #expect(second.header("Retry-After").flatMap(Int.init).map { (1...30).contains($0) } == true)
+            #expect(rig.api.state.tokenCalls == calls, "no token call before Retry-After")
+            #expect(try await Self.loggedIn(rig))
+        }
+    }
+
+    @Test("a refused client secret (401 invalid_client) keeps the session, answers unavailable and is logged at error level")
+    func invalidClientKeepsSession() async throws {
+        try await Self.with { rig in
+            #expect(try await OAuth2DialectTests.login(rig).status == 200)
+            rig.api.state.setTokenEndpointFault(.invalidClient)
+            rig.api.state.expireAllAccessTokens()
+            for _ in 0..<3 {
+                let reply = try await rig.get("/api/me")
+                #expect(reply.status == 502)
+            }
+            #expect(try await Self.loggedIn(rig))
+            #expect(rig.logText.contains("refused Concierge's client credentials"))
+            #expect(rig.logText.components(separatedBy: "refused Concierge's client credentials").count == 2, "once a minute, not per request")
+            rig.api.state.setTokenEndpointFault(nil)
+            #expect(try await rig.get("/api/me").status == 200, "the same session works once the credentials are right")
+        }
+    }
+
+    @Test("a provider outage never answers not_logged_in and never uses up the loop guard; the first request after recovery succeeds")
+    func outageKeepsSession() async throws {
+        try await Self.with { rig in
+            #expect(try await OAuth2DialectTests.login(rig).status == 200)
+            rig.api.state.setTokenEndpointFault(.serverError)
+            rig.api.state.expireAllAccessTokens()
+            var statuses: [Int] = []
+            for i in 0..<12 { statuses.append(try await rig.get("/api/items?i=\(i)").status) }
+            #expect(statuses.allSatisfy { $0 == 502 }, "\(statuses)")
+            #expect(rig.api.state.tokenCalls >= 12, "each request may try: failed calls are not throttled")
+            #expect(!rig.logText.contains("token calls throttled"))
+            #expect(try await Self.loggedIn(rig))
+            rig.api.state.setTokenEndpointFault(nil)
+            let recovered = try await rig.get("/api/items?after=1")
+            #expect(recovered.status == 200)
+            #expect(recovered.header("X-Concierge-Replays") == "1")
+        }
+    }
+
+    @Test("client_auth: basic sends the form-encoded client id and secret in Authorization, not in the body")
+    func basicClientAuthentication() async throws {
+        let id = SampleAPIConfiguration.defaultClientID, secret = SampleAPIConfiguration.defaultClientSecret
+        try await ConciergeTestRig.with(endpoints: DialectTestConfig.oauth2Endpoints,
+                                        extra: DialectTestConfig.oauth2(refreshExtra: "client_id: \(id)\nclient_secret: \(secret)\nclient_auth: basic")
+                                            .replacingOccurrences(of: "      client_id: \"${OAUTH_CLIENT_ID}\"\n", with: "")
+                                            .replacingOccurrences(of: "      client_secret: \"${OAUTH_CLIENT_SECRET}\"\n", with: ""),
+                                        apiConfiguration: SampleAPIConfiguration(dialect: .oauth2), environment: DialectTestConfig.environment) { rig in
+            #expect(try await OAuth2DialectTests.login(rig).status == 200)
+            rig.api.state.expireAllAccessTokens()
+            #expect(try await rig.get("/api/me").status == 200)
+            let refresh = try #require(rig.api.state.lastRequest("/oauth/token"))
+            #expect(refresh.headers["authorization"] == TokenRequest.basicCredentials(id: id, secret: secret))
+            #expect(!refresh.body.contains("client_secret"))
+            #expect(!rig.logText.contains(secret))
+        }
+    }
+
+    @Test("a token whose known expiry has passed is never sent while it cannot be renewed")
+    func expiredTokenNeverSent() async throws {
+        try await Self.with(ttl: .seconds(2)) { rig in
+            #expect(try await OAuth2DialectTests.login(rig).status == 200)
+            rig.api.state.setTokenEndpointFault(.serverError)
+            // Renewal ahead of expiry fails; the still valid token is sent until it expires,
+            // then the request is answered unavailable without reaching the upstream.
+            let answeredLocally = try await eventually(.seconds(8)) {
+                let reply = try await rig.get("/api/items")
+                #expect(reply.status == 200 || reply.status == 502)
+                return reply.status == 502
+            }
+            #expect(answeredLocally, "token calls \(rig.api.state.tokenCalls), expiry signals \(rig.api.state.expirySignals))")
+            #expect(rig.api.state.expirySignals == 0, "the upstream never saw the expired token")
+            #expect(try await Self.loggedIn(rig))
+        }
+    }
+}
