@@ -8,6 +8,7 @@ import Hummingbird
 extension SampleAPIRoutes {
     func addOAuth2Routes(_ router: Router<BasicRequestContext>) {
         router.post("/oauth/token") { request, _ in try await self.oauthToken(request) }
+        router.post("/oauth/revoke") { request, _ in try await self.oauthRevoke(request) }
         router.get("/api/me") { request, _ in
             try await self.withBearer(request) { user in
                 SampleReply.json(["id": .string(user), "name": .string("Sample User \(user)"), "calls": .int(Int64(self.state.calls("/api/me")))])
@@ -60,6 +61,17 @@ extension SampleAPIRoutes {
         default:
             return Self.oauthError("unsupported_grant_type", "use password or refresh_token", status: .badRequest)
         }
+    }
+
+    /// RFC 7009: `token` (and an optional `token_type_hint`), client authentication as for the
+    /// token endpoint; 200 with an empty body, also for an unknown token.
+    func oauthRevoke(_ request: Request) async throws -> Response {
+        let params = try await parameters(of: request)
+        guard let token = params.bodyValue("token"), !token.isEmpty else {
+            return Self.oauthError("invalid_request", "token is required", status: .badRequest)
+        }
+        state.revoke(token: token)
+        return Response(status: .ok, body: .init())
     }
 
     func oauthTokens(_ tokens: TokenRegistry.TokenPair) -> Response {

@@ -95,6 +95,17 @@ public final class SampleAPIState: Sendable {
     }
 
     /// Every token issued so far is revoked: access tokens answer 802, refresh tokens fail.
+    /// RFC 7009 revocation of one token; whether it was known.
+    @discardableResult
+    public func revoke(token: String) -> Bool {
+        storage.withLock { $0.tokens.revoke(token: token) }
+    }
+
+    /// Refresh tokens the OAuth2 token endpoint would still accept.
+    public var liveRefreshTokens: Int {
+        storage.withLock { $0.tokens.liveRefreshTokens }
+    }
+
     public func revokeAllSessions() {
         storage.withLock { $0.tokens.revokeAll() }
     }

@@ -77,6 +77,22 @@ struct TokenRegistry {
     }
 
     /// Every token issued so far (access and refresh) is revoked.
+    /// RFC 7009: revokes an access or refresh token; a refresh token takes its user's access
+    /// tokens with it. Whether the token was known.
+    mutating func revoke(token: String) -> Bool {
+        if let refresh = refreshTokens[token] {
+            refreshTokens[token]?.revoked = true
+            for (key, access) in accessTokens where access.userID == refresh.userID { accessTokens[key]?.revoked = true }
+            return true
+        }
+        guard accessTokens[token] != nil else { return false }
+        accessTokens[token]?.revoked = true
+        return true
+    }
+
+    /// Refresh tokens that would still be accepted.
+    var liveRefreshTokens: Int { refreshTokens.values.filter { !$0.revoked }.count }
+
     mutating func revokeAll() {
         for token in accessTokens.keys { accessTokens[token]?.revoked = true }
         for token in refreshTokens.keys { refreshTokens[token]?.revoked = true }

@@ -111,3 +111,79 @@ struct IdentityProviderTests {
         }
     }
 }
+
+/// RFC 7009 revocation on logout (`session.revoke`) against the sample OAuth2 provider.
+@Suite("Token revocation")
+struct TokenRevocationTests {
+    static let revoke = """
+          revoke:
+            method: POST
+            path: /oauth/revoke
+            encoding: form
+            body: { token: "{refresh_token}", token_type_hint: refresh_token }
+            client_id: \(SampleAPIConfiguration.defaultClientID)
+            client_secret: \(SampleAPIConfiguration.defaultClientSecret)
+            client_auth: basic
+            timeout: 2s
+        """
+
+    static func rig(revokePath: String = "/oauth/revoke", _ body: (ConciergeTestRig) async throws -> Void) async throws {
+        try await ConciergeTestRig.with(endpoints: DialectTestConfig.oauth2Endpoints,
+                                        extra: DialectTestConfig.oauth2(sessionExtra: revoke.replacingOccurrences(of: "/oauth/revoke", with: revokePath)),
+                                        apiConfiguration: SampleAPIConfiguration(dialect: .oauth2), environment: DialectTestConfig.environment, body)
+    }
+
+    @Test("DELETE /session revokes the refresh token at the provider, once, in the background")
+    func revokedOnLogout() async throws {
+        try await Self.rig { rig in
+            let login = try await OAuth2DialectTests.login(rig)
+            #expect(login.status == 200)
+            #expect(rig.api.state.liveRefreshTokens == 1)
+            #expect(try await rig.admin(.DELETE, "/session").status == 200)
+            #expect(await eventually { rig.api.state.calls("/oauth/revoke") == 1 })
+            #expect(rig.api.state.liveRefreshTokens == 0)
+            #expect(rig.api.state.lastRequest("/oauth/revoke")?.headers["authorization"]?.hasPrefix("Basic ") == true)
+            #expect(await eventually { rig.logText.contains("tokens revoked at the provider") })
+        }
+    }
+
+    @Test("after 10 login and logout cycles the provider holds no live refresh token")
+    func tenCycles() async throws {
+        try await Self.rig { rig in
+            for i in 0..<10 {
+                let login = try await OAuth2DialectTests.login(rig, user: "u\(i)")
+                #expect(login.status == 200)
+                #expect(try await rig.admin(.DELETE, "/session").status == 200)
+            }
+            #expect(await eventually { rig.api.state.calls("/oauth/revoke") == 10 })
+            #expect(rig.api.state.liveRefreshTokens == 0)
+        }
+    }
+
+    @Test("a refresh refused with invalid_grant ends the session without a revocation (the grant is already dead)")
+    func noRevocationAfterDeadGrant() async throws {
+        try await Self.rig { rig in
+            let login = try await OAuth2DialectTests.login(rig)
+            #expect(login.status == 200)
+            rig.api.state.revokeAllSessions()
+            #expect(try await rig.get("/api/items").status == 401)
+            #expect(try await rig.admin(.GET, "/session").json?[path: "logged_in"] == .bool(false))
+            // A marker logout afterwards is revoked; the dead grant's logout was not.
+            #expect(try await OAuth2DialectTests.login(rig, user: "bob").status == 200)
+            #expect(try await rig.admin(.DELETE, "/session").status == 200)
+            #expect(await eventually { rig.api.state.calls("/oauth/revoke") >= 1 })
+            #expect(rig.api.state.calls("/oauth/revoke") == 1)
+        }
+    }
+
+    @Test("a revocation endpoint that fails never keeps the session; the failure is logged")
+    func failedRevocation() async throws {
+        try await Self.rig(revokePath: "/oauth/missing") { rig in
+            let login = try await OAuth2DialectTests.login(rig)
+            #expect(login.status == 200)
+            #expect(try await rig.admin(.DELETE, "/session").status == 200)
+            #expect(try await rig.admin(.GET, "/session").json?[path: "logged_in"] == .bool(false))
+            #expect(await eventually { rig.logText.contains("token revocation refused") })
+        }
+    }
+}

@@ -99,6 +99,8 @@ public struct ConciergeConfig: Sendable {
         public var notLoggedIn: CannedReply
         /// An app token Concierge fetches itself (instead of `capture`/`refresh`).
         public var appToken: TokenEndpoint? = nil
+        /// RFC 7009 revocation request sent on every logout but a failed refresh.
+        public var revoke: TokenEndpoint? = nil
         /// HTTP statuses that mean "token expired" for a request that carried Concierge's token.
         public var refreshOnStatus: Set<Int> = []
         /// With a known expiry, refresh before sending once less than this is left.

@@ -69,7 +69,7 @@ public enum ConfigLoader {
             throw ConfigError(file: nil, issues: issues)
         }
         var result = config!
-        let clientSecrets = [result.session.refresh, result.session.appToken].compactMap { $0?.clientSecret }
+        let clientSecrets = [result.session.refresh, result.session.appToken, result.session.revoke].compactMap { $0?.clientSecret }
         result.secretValues = reader.substitutedValues.union(clientSecrets).sorted()
         return result
     }
@@ -132,7 +132,7 @@ public enum ConfigLoader {
         var captureNode: Node? = nil
         var tokenUpstreamNodes: [(path: String, node: Node, name: String)] = []
         if let node, let m = r.mapping(node, "session", allowed: [
-            "inject", "capture", "refresh", "not_logged_in", "app_token", "refresh_on_status", "refresh_ahead", "max_refreshes",
+            "inject", "capture", "refresh", "not_logged_in", "app_token", "refresh_on_status", "refresh_ahead", "max_refreshes", "revoke",
         ]) {
             if let n = m["inject"] { session.inject = injectPoints(n, r) }
             if let n = m["capture"], let cm = r.mapping(n, "session.capture", allowed: [
@@ -155,6 +155,9 @@ public enum ConfigLoader {
             }
             if let n = m["refresh"], let t = tokenEndpoint(n, "session.refresh", r, defaultMethod: "POST", upstreamNodes: &tokenUpstreamNodes) {
                 session.refresh = t
+            }
+            if let n = m["revoke"] {
+                session.revoke = tokenEndpoint(n, "session.revoke", r, defaultMethod: "POST", upstreamNodes: &tokenUpstreamNodes, readsReply: false)
             }
             if let n = m["app_token"], let t = tokenEndpoint(n, "session.app_token", r, defaultMethod: "GET", upstreamNodes: &tokenUpstreamNodes) {
                 session.appToken = t
@@ -235,9 +238,16 @@ public enum ConfigLoader {
                                     "client_secret", "client_auth"]
 
     /// `session.refresh` and `session.app_token`: a token request Concierge sends itself.
+    /// `session.revoke`: a request whose reply is only a status.
+    static let revokeKeys = ["method", "path", "upstream", "encoding", "headers", "query", "body", "timeout", "client_id", "client_secret",
+                             "client_auth"]
+
+    /// - Parameter readsReply: the reply holds tokens (`access_token` is required); `false` for
+    ///   a revocation, whose reply is only a status.
     static func tokenEndpoint(_ node: Node, _ path: String, _ r: YAMLReader, defaultMethod: String,
-                              upstreamNodes: inout [(path: String, node: Node, name: String)]) -> ConciergeConfig.TokenEndpoint? {
-        guard let m = r.mapping(node, path, allowed: tokenEndpointKeys) else { return nil }
+                              upstreamNodes: inout [(path: String, node: Node, name: String)],
+                              readsReply: Bool = true) -> ConciergeConfig.TokenEndpoint? {
+        guard let m = r.mapping(node, path, allowed: readsReply ? tokenEndpointKeys : revokeKeys) else { return nil }
         var t = ConciergeConfig.TokenEndpoint(method: defaultMethod, path: "", upstream: nil, body: nil, accessToken: "",
                                               refreshToken: nil, maxReplays: 3, timeout: .seconds(10))
         if let v = m["method"], let s = r.nonEmptyString(v, "\(path).method") {
@@ -274,7 +284,7 @@ public enum ConfigLoader {
                 }
             }
         }
-        if let v = m["access_token"], let s = r.nonEmptyString(v, "\(path).access_token") { t.accessToken = s } else if m["access_token"] == nil {
+        if let v = m["access_token"], let s = r.nonEmptyString(v, "\(path).access_token") { t.accessToken = s } else if m["access_token"] == nil, readsReply {
             r.fail("\(path).access_token", node, "missing: path of the access token in the reply")
         }
         if let v = m["refresh_token"] { t.refreshToken = r.nonEmptyString(v, "\(path).refresh_token") }

@@ -27,6 +27,8 @@ public final class ConciergeDaemon: Sendable {
     public let pipeline: ProxyPipeline
     /// The one owner of session side effects (login, renewal, logout).
     let lifecycle: SessionLifecycle
+    /// Revokes the tokens of a logout at the provider (`session.revoke`).
+    let revocation: TokenRevocation
     public let configPath: String?
     public let logger: Logger
     let logSink: LogSink
@@ -67,7 +69,8 @@ public final class ConciergeDaemon: Sendable {
         events = EventBus()
         client = UpstreamClient(eventLoopGroup: group)
         transport = PooledUpstreamTransport(group: group, client: client) { [runtime] in runtime.current.config.upstreams }
-        lifecycle = SessionLifecycle(session: session, cache: cache, stats: stats, events: events, logger: logger)
+        revocation = TokenRevocation(transport: transport, runtime: runtime, logger: logger)
+        lifecycle = SessionLifecycle(session: session, cache: cache, stats: stats, events: events, logger: logger, revocation: revocation)
         pipeline = Self.makePipeline(runtime: runtime, cache: cache, lifecycle: lifecycle, transport: transport, logger: logger)
         hooks = HookDispatcher(runtime: runtime, client: client, logger: logger)
         let hooks = self.hooks
@@ -133,6 +136,7 @@ public final class ConciergeDaemon: Sendable {
         add(CacheWriterService(cache: cache, logger: logger))
         // After the writer: the group stops services in reverse order, so refreshes end first.
         add(pipeline.revalidation)
+        add(revocation)
         add(SweeperService(daemon: self))
         add(StorageRecoveryService(daemon: self))
         add(NotifierService(daemon: self, readiness: readiness))

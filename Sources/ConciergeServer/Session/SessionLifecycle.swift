@@ -8,6 +8,9 @@ import Logging
 /// with `logout`, a failed refresh, the admin API). Each stores the change, logs it, counts
 /// it and publishes its event; nothing else writes the session.
 struct SessionLifecycle: Sendable {
+    /// The logout reason of a refresh the provider refused for good.
+    static let refreshFailed = "refresh_failed"
+
     let session: SessionState
     /// Where a user's entries are removed on logout.
     let cache: CacheStore
@@ -16,6 +19,8 @@ struct SessionLifecycle: Sendable {
     /// `session.login`, `session.refreshed`, `session.logout`.
     let events: EventBus
     let logger: Logger
+    /// Revokes dropped tokens at the provider (`session.revoke`); `nil` in tests that need none.
+    var revocation: TokenRevocation? = nil
 
     /// Stores the tokens a login reply carried (`session.capture`).
     func login(_ reply: TokenReply?, from json: JSONValue, capture: ConciergeConfig.Capture) async {
@@ -61,7 +66,9 @@ struct SessionLifecycle: Sendable {
     }
 
     /// Ends the session if it still holds `accessToken` (`nil`: whatever session there is):
-    /// drops it, removes that user's cached entries, counts a logout, publishes `session.logout`.
+    /// drops it, removes that user's cached entries, counts a logout, publishes `session.logout`
+    /// and, unless a failed refresh ended it (the grant is already dead), has the tokens
+    /// revoked at the provider in the background.
     /// - Returns: the tokens dropped, or `nil` when a newer session was kept.
     @discardableResult
     func logout(ifAccessToken accessToken: String?, reason: JSONValue) async -> SessionTokens? {
@@ -71,6 +78,7 @@ struct SessionLifecycle: Sendable {
         logger.info("session dropped", metadata: ["user": "\(dropped.userID ?? "-")", "reason": "\(reason.parameterText)",
                                                   "entries_removed": "\(removed)"])
         events.publish("session.logout", ["user": dropped.userID.map(JSONValue.string) ?? .null, "reason": reason])
+        if dropped.kind == .user, reason != .string(Self.refreshFailed) { revocation?.revoke(dropped) }
         return dropped
     }
 }

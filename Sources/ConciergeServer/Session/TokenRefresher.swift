@@ -157,7 +157,7 @@ public actor TokenRefresher {
         guard let refresh = config.refresh, let refreshToken = tokens.refreshToken else {
             logger.warning("token expired and no refresh is possible; dropping the session",
                            metadata: ["reason": "\(config.refresh == nil ? "no session.refresh configured" : "no refresh token")"])
-            await lifecycle.logout(ifAccessToken: tokens.accessToken, reason: "refresh_failed")
+            await lifecycle.logout(ifAccessToken: tokens.accessToken, reason: .string(SessionLifecycle.refreshFailed))
             return .loggedOut
         }
         let reply: TokenReply
@@ -185,7 +185,7 @@ public actor TokenRefresher {
         case .rejected(let reason):
             logger.warning("token refresh refused: the grant is dead; dropping the session",
                            metadata: ["reason": "\(reason)", "path": "\(refresh.path)"])
-            await lifecycle.logout(ifAccessToken: tokens.accessToken, reason: "refresh_failed")
+            await lifecycle.logout(ifAccessToken: tokens.accessToken, reason: .string(SessionLifecycle.refreshFailed))
             return .loggedOut
         case .refused(let reason, let retryAfter, let clientCredentials):
             return refused(reason, retryAfter: retryAfter, clientCredentials: clientCredentials, path: refresh.path)
