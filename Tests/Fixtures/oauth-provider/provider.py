@@ -1,0 +1,136 @@
+"""A small OAuth2 identity provider for Concierge's integration tests: django-oauth-toolkit
+with the password and refresh-token grants, refresh-token rotation, short access tokens,
+RFC 7009 revocation, a protected JSON resource answering RFC 6750 401s, and a stats view.
+
+    python provider.py PORT DB_PATH [ACCESS_TOKEN_SECONDS]
+
+Creates the database, a user (alice / wonderland-pass) and a confidential client
+(concierge-client / concierge-secret), prints "ready PORT" and serves on 127.0.0.1:PORT
+(PORT 0: a free port the system chooses) until killed. Test traffic stays on loopback.
+"""
+import json
+import sys
+
+import django
+from django.conf import settings
+
+PORT = int(sys.argv[1])
+DB_PATH = sys.argv[2]
+ACCESS_SECONDS = int(sys.argv[3]) if len(sys.argv) > 3 else 300
+
+settings.configure(
+    DEBUG=False,
+    SECRET_KEY="concierge-test-provider-not-secret",
+    ALLOWED_HOSTS=["127.0.0.1", "localhost"],
+    ROOT_URLCONF=__name__,
+    INSTALLED_APPS=["django.contrib.auth", "django.contrib.contenttypes", "oauth2_provider"],
+    MIDDLEWARE=[],
+    DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": DB_PATH, "OPTIONS": {"timeout": 20}}},
+    DEFAULT_AUTO_FIELD="django.db.models.AutoField",
+    USE_TZ=True,
+    OAUTH2_PROVIDER={
+        "ACCESS_TOKEN_EXPIRE_SECONDS": ACCESS_SECONDS,
+        "ROTATE_REFRESH_TOKEN": True,
+        "REFRESH_TOKEN_GRACE_PERIOD_SECONDS": 0,
+        "PKCE_REQUIRED": False,
+    },
+    PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"],
+)
+django.setup()
+
+from django.core.management import call_command  # noqa: E402
+from django.http import JsonResponse  # noqa: E402
+from django.urls import include, path  # noqa: E402
+from django.utils import timezone  # noqa: E402
+from oauth2_provider.models import AccessToken, RefreshToken  # noqa: E402
+from oauth2_provider.oauth2_backends import get_oauthlib_core  # noqa: E402
+
+# Switches a test flips through /test/fault: how the token endpoint answers refresh grants.
+FAULT = {"mode": None}
+
+
+def me(request):
+    """A protected JSON resource: RFC 6750's 401 with WWW-Authenticate for a bad token."""
+    valid, oauth_request = get_oauthlib_core().verify_request(request, scopes=[])
+    if not valid:
+        response = JsonResponse({"error": "invalid_token"}, status=401)
+        response["WWW-Authenticate"] = 'Bearer realm="test", error="invalid_token"'
+        return response
+    return JsonResponse({"user": oauth_request.user.username, "time": timezone.now().isoformat()})
+
+
+def stats(request):
+    now = timezone.now()
+    return JsonResponse({
+        "refresh_grants": RefreshToken.objects.filter(revoked__isnull=False).count(),
+        "live_refresh_tokens": RefreshToken.objects.filter(revoked__isnull=True).count(),
+        "access_tokens": AccessToken.objects.count(),
+        "live_access_tokens": AccessToken.objects.filter(expires__gt=now).count(),
+    })
+
+
+def expire(request):
+    """Every access token issued so far expires now (the next use is a 401)."""
+    AccessToken.objects.update(expires=timezone.now() - timezone.timedelta(seconds=1))
+    return JsonResponse({"expired": True})
+
+
+def fault(request):
+    FAULT["mode"] = request.GET.get("mode") or None
+    return JsonResponse({"mode": FAULT["mode"]})
+
+
+from oauth2_provider import views as oauth_views  # noqa: E402
+
+
+class Token(oauth_views.TokenView):
+    def post(self, request, *args, **kwargs):
+        if request.POST.get("grant_type") == "refresh_token":
+            if FAULT["mode"] == "429":
+                response = JsonResponse({"error": "temporarily_unavailable"}, status=429)
+                response["Retry-After"] = "7"
+                return response
+            if FAULT["mode"] == "503":
+                return JsonResponse({"error": "server_error"}, status=503)
+        return super().post(request, *args, **kwargs)
+
+
+urlpatterns = [
+    path("o/token/", Token.as_view()),
+    path("o/", include("oauth2_provider.urls", namespace="oauth2_provider")),
+    path("api/me", me),
+    path("test/stats", stats),
+    path("test/fault", fault),
+    path("test/expire", expire),
+]
+
+
+def setup():
+    from django.contrib.auth.models import User
+    from oauth2_provider.models import Application
+
+    call_command("migrate", verbosity=0, interactive=False)
+    User.objects.create_user("alice", password="wonderland-pass")
+    Application.objects.create(
+        name="concierge", client_id="concierge-client", client_secret="concierge-secret", hash_client_secret=True,
+        client_type=Application.CLIENT_CONFIDENTIAL, authorization_grant_type=Application.GRANT_PASSWORD,
+    )
+
+
+if __name__ == "__main__":
+    setup()
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+    from django.core.wsgi import get_wsgi_application
+
+    # One request at a time: SQLite answers concurrent writers with "database is locked" (a
+    # 500 from the provider), which would make the tests flaky, not the provider realistic.
+    class Server(WSGIServer):
+        request_queue_size = 256
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = make_server("127.0.0.1", PORT, get_wsgi_application(), server_class=Server, handler_class=Quiet)
+    print("ready %d" % server.server_port, flush=True)
+    server.serve_forever()
