@@ -110,6 +110,8 @@ def setup():
     from oauth2_provider.models import Application
 
     call_command("migrate", verbosity=0, interactive=False)
+    if User.objects.filter(username="alice").exists():
+        return  # a restart on the same database
     User.objects.create_user("alice", password="wonderland-pass")
     Application.objects.create(
         name="concierge", client_id="concierge-client", client_secret="concierge-secret", hash_client_secret=True,
