@@ -2,7 +2,7 @@ import ConciergeCore
 import HTTPTypes
 import Hummingbird
 
-/// The admin listener's `Host` check (SPEC §10): the same ``HostPolicy`` as the proxy,
+/// The admin listener's `Host` check (docs/hardening.md): the same ``HostPolicy`` as the proxy,
 /// before authentication, so a page on another origin that resolves to 127.0.0.1 cannot
 /// even probe the admin API. Unix-socket listeners are not reachable from a browser and
 /// are not checked.
