@@ -93,6 +93,22 @@ struct IdentityProviderTests {
         }
     }
 
+    @Test("tokens that live shorter than max_refreshes allows are logged once, naming session.max_refreshes")
+    func shortLifetimeWarning() async throws {
+        let warning = "tokens live shorter than session.max_refreshes allows"
+        try await Self.with(ttl: .seconds(2)) { rig in
+            let first = try await OAuth2DialectTests.login(rig)
+            #expect(first.status == 200)
+            #expect(try await OAuth2DialectTests.login(rig, user: "bob").status == 200)
+            #expect(rig.logText.components(separatedBy: warning).count == 2, "once")
+        }
+        try await Self.with { rig in
+            let login = try await OAuth2DialectTests.login(rig)
+            #expect(login.status == 200)
+            #expect(!rig.logText.contains(warning), "an hour-long token is no cause")
+        }
+    }
+
     @Test("a token whose known expiry has passed is never sent while it cannot be renewed")
     func expiredTokenNeverSent() async throws {
         try await Self.with(ttl: .seconds(2)) { rig in

@@ -2,6 +2,7 @@ import ConciergeCore
 import ConciergeStorage
 import Foundation
 import Logging
+import Synchronization
 
 /// The one owner of the session's side effects: a login captured from a reply or set by hand,
 /// a token renewed by the refresher, and the one way a session ends (a logout code, a warning code
@@ -21,13 +22,16 @@ struct SessionLifecycle: Sendable {
     let logger: Logger
     /// Revokes dropped tokens at the provider (`session.revoke`); `nil` in tests that need none.
     var revocation: TokenRevocation? = nil
+    /// Warns once when tokens live shorter than the loop guard allows.
+    let lifetimeWarning = TokenLifetimeWarning()
 
     /// Stores the tokens a login reply carried (`session.capture`).
-    func login(_ reply: TokenReply?, from json: JSONValue, capture: ConciergeConfig.Capture) async {
+    func login(_ reply: TokenReply?, from json: JSONValue, capture: ConciergeConfig.Capture, limit: ConciergeConfig.RefreshLimit) async {
         guard case .good(let access, let refreshToken, let expiresIn)? = reply else {
             logger.warning("login reply has no access token; session unchanged", metadata: ["path": "\(capture.accessToken)"])
             return
         }
+        lifetimeWarning.check(expiresIn, limit: limit, logger: logger)
         let now = Date()
         let tokens = SessionTokens(accessToken: access, refreshToken: refreshToken,
                                    userID: capture.userID.flatMap { json[path: $0]?.parameterText }, setAt: now,
@@ -80,5 +84,20 @@ struct SessionLifecycle: Sendable {
         events.publish("session.logout", ["user": dropped.userID.map(JSONValue.string) ?? .null, "reason": reason])
         if dropped.kind == .user, reason != .string(Self.refreshFailed) { revocation?.revoke(dropped) }
         return dropped
+    }
+}
+
+/// Warns once per daemon when tokens live shorter than `session.max_refreshes` allows between
+/// renewals (`expires_in` under `within / count`): every renewal would then count towards the
+/// loop guard's limit sooner than the operator expects.
+final class TokenLifetimeWarning: Sendable {
+    private let warned = Mutex(false)
+
+    func check(_ expiresIn: Double?, limit: ConciergeConfig.RefreshLimit, logger: Logger) {
+        guard let expiresIn else { return }
+        let within = Double(limit.within.components.seconds)
+        guard expiresIn < within / Double(limit.count), !warned.withLock({ old in defer { old = true }; return old }) else { return }
+        logger.warning("tokens live shorter than session.max_refreshes allows between renewals: raise max_refreshes.count or lower within",
+                       metadata: ["expires_in": "\(Int(expiresIn))", "max_refreshes": "\(limit.count) per \(Int(within))s"])
     }
 }

@@ -61,7 +61,6 @@ public actor TokenRefresher {
     private var blockedRetryAfter: Int?
     /// When Concierge's own client credentials were last reported refused (once a minute).
     private var lastCredentialsError: ContinuousClock.Instant?
-    private var warnedShortLifetime = false
 
     init(session: SessionState, transport: any UpstreamTransport, runtime: Runtime, stats: ProxyStats, events: EventBus,
          lifecycle: SessionLifecycle, logger: Logger) {
@@ -137,15 +136,6 @@ public actor TokenRefresher {
         return .unavailable(retryAfter: retryAfter)
     }
 
-    /// Warns once when tokens live shorter than the loop guard allows between renewals.
-    private func checkLifetime(_ expiresIn: Double?, limit: ConciergeConfig.RefreshLimit) {
-        guard let expiresIn, !warnedShortLifetime else { return }
-        let within = Double(limit.within.components.seconds)
-        guard expiresIn < within / Double(limit.count) else { return }
-        warnedShortLifetime = true
-        logger.warning("tokens live shorter than session.max_refreshes allows between renewals: raise max_refreshes.count or lower within",
-                       metadata: ["expires_in": "\(Int(expiresIn))", "max_refreshes": "\(limit.count) per \(Int(within))s"])
-    }
 
     private func perform(_ tokens: SessionTokens?, generation: Int) async -> Outcome {
         let (rc, environment) = runtime.snapshot
@@ -168,7 +158,7 @@ public actor TokenRefresher {
         }
         switch reply {
         case .good(let access, let rotated, let expiresIn):
-            checkLifetime(expiresIn, limit: config.maxRefreshes)
+            lifecycle.lifetimeWarning.check(expiresIn, limit: config.maxRefreshes, logger: logger)
             let now = Date()
             let newTokens = SessionTokens(accessToken: access, refreshToken: rotated ?? refreshToken, userID: tokens.userID, setAt: now,
                                           kind: .user, expiresAt: TokenReply.expiry(expiresIn, from: now),
@@ -202,7 +192,7 @@ public actor TokenRefresher {
         case .answered(.refused(let why, let retryAfter, let clientCredentials)):
             return refused(why, retryAfter: retryAfter, clientCredentials: clientCredentials, path: endpoint.path)
         case .answered(.good(let access, _, let expiresIn)):
-            checkLifetime(expiresIn, limit: rc.config.session.maxRefreshes)
+            lifecycle.lifetimeWarning.check(expiresIn, limit: rc.config.session.maxRefreshes, logger: logger)
             let now = Date()
             let tokens = SessionTokens(accessToken: access, refreshToken: nil, userID: nil, setAt: now, kind: .app,
                                        expiresAt: TokenReply.expiry(expiresIn, from: now))
