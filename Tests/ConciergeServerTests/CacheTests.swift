@@ -216,3 +216,42 @@ struct EncodedHitTests {
         }
     }
 }
+
+/// A client's own `Authorization` or `Cookie` is part of who a reply belongs to.
+@Suite("Client credentials and shared entries")
+struct ClientCredentialsCacheTests {
+    @Test("alice and bob with their own Authorization never share a reply, and neither reply is served to a client without one")
+    func ownAuthorizationNeverShared() async throws {
+        try await ConciergeTestRig.with(endpoints: "- name: items\n  match: GET /api/items\n  cache: { ttl: 60s }") { rig in
+            let alice = try await rig.get("/api/items?page=1", headers: [("Authorization", "Bearer alice-own")])
+            let bob = try await rig.get("/api/items?page=1", headers: [("Authorization", "Bearer bob-own")])
+            #expect(alice.header("X-Cache") == "MISS")
+            #expect(bob.header("X-Cache") == "MISS")
+            #expect(alice.header("Cache-Status")?.contains("stored") != true)
+            let anonymous = try await rig.get("/api/items?page=1")
+            #expect(anonymous.header("X-Cache") == "MISS", "nothing was stored from alice's or bob's request")
+            #expect(try await rig.get("/api/items?page=1").header("X-Cache") == "HIT", "a request without credentials is shared")
+            let aliceAgain = try await rig.get("/api/items?page=1", headers: [("Authorization", "Bearer alice-own")])
+            #expect(aliceAgain.header("X-Cache") == "MISS", "the shared entry is not served to a client with credentials")
+            #expect(rig.api.state.calls("/api/items") == 4)
+        }
+    }
+
+    @Test("a client's own Cookie keeps it out of shared entries too")
+    func ownCookieNeverShared() async throws {
+        try await ConciergeTestRig.with(endpoints: "- name: items\n  match: GET /api/items\n  cache: { ttl: 60s }") { rig in
+            _ = try await rig.get("/api/items?c=1", headers: [("Cookie", "sid=alice")])
+            #expect(try await rig.get("/api/items?c=1", headers: [("Cookie", "sid=bob")]).header("X-Cache") == "MISS")
+            #expect(rig.api.state.calls("/api/items") == 2)
+        }
+    }
+
+    @Test("scope: shared said explicitly shares replies whatever credentials the client sent")
+    func explicitSharedScope() async throws {
+        try await ConciergeTestRig.with(endpoints: "- name: items\n  match: GET /api/items\n  cache: { ttl: 60s, scope: shared }") { rig in
+            _ = try await rig.get("/api/items?s=1", headers: [("Authorization", "Bearer alice-own")])
+            #expect(try await rig.get("/api/items?s=1", headers: [("Authorization", "Bearer bob-own")]).header("X-Cache") == "HIT")
+            #expect(rig.api.state.calls("/api/items") == 1)
+        }
+    }
+}

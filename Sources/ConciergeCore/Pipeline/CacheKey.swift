@@ -1,3 +1,5 @@
+import NIOHTTP1
+
 /// The documented, human-readable cache key (docs/configuration.md):
 ///
 ///     METHOD SP upstream-base-URL path ["?" sorted-params] [SP "user=" id] SP "v=" version
@@ -47,13 +49,30 @@ public enum CacheScope: Sendable, Equatable {
     ///   - appToken: the session is an app token (`session.app_token`): one for everyone.
     ///   - session: the current user session, if any.
     ///   - clientToken: the client sent a token of its own in an injection point.
+    ///   - clientCredentials: the client sent its own `Authorization` or `Cookie` (one that
+    ///     Concierge does not replace): a reply to it may be that client's alone, so it is
+    ///     neither served from nor stored into a shared entry, as a shared cache must not
+    ///     (RFC 9111 §3.5), unless the endpoint says `scope: shared`.
     public static func of(_ endpoint: EndpointPolicy, injects: Bool, appToken: Bool, session: SessionTokens?,
-                          clientToken: Bool) -> CacheScope {
+                          clientToken: Bool, clientCredentials: Bool = false) -> CacheScope {
         if endpoint.cache.scope == .shared, endpoint.scopeIsExplicit { return .shared }
-        if appToken, injects { return .shared }
+        if appToken, injects { return clientCredentials ? .notStorable : .shared }
         if let session, injects { return .user(session.cacheUser) }
-        if clientToken || endpoint.cache.scope == .user { return .notStorable }
+        if clientToken || clientCredentials || endpoint.cache.scope == .user { return .notStorable }
         return .shared
+    }
+
+    /// Whether `headers` carry the client's own credentials: a `Cookie`, or an `Authorization`
+    /// that Concierge's injection does not replace. Read by bytes, on every cacheable request.
+    public static func carriesClientCredentials(_ headers: HTTPHeaders, authorizationReplaced: Bool) -> Bool {
+        for (name, _) in headers {
+            switch name.utf8.count {
+            case 6 where ASCIICase.equals(name, lowercase: "cookie"): return true
+            case 13 where !authorizationReplaced && ASCIICase.equals(name, lowercase: "authorization"): return true
+            default: continue
+            }
+        }
+        return false
     }
 
     /// The `user=` part of the key.
