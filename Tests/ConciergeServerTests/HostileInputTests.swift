@@ -218,6 +218,19 @@ struct HostileInputTests {
         }
     }
 
+    @Test("the admin listener answers two Host headers with 400, even when each is allowed")
+    func adminTwoHosts() async throws {
+        try await ConciergeTestRig.with { rig in
+            for second in ["127.0.0.1", "evil.example.com"] {
+                let twice = try await RawSocket.exchange(
+                    "GET /stats HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: \(second)\r\nAuthorization: Bearer \(ConciergeTestRig.adminToken)\r\n"
+                        + "Connection: close\r\n\r\n", port: rig.adminPort)
+                #expect(twice.hasPrefix("HTTP/1.1 400"), "\(twice.prefix(120))")
+                #expect(twice.contains(#""error""#))
+            }
+        }
+    }
+
     // MARK: Header and method details
 
     @Test("M-SEARCH is forwarded byte for byte")

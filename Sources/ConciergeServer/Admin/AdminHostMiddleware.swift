@@ -12,7 +12,9 @@ struct AdminHostMiddleware<Context: RequestContext>: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         let config = runtime.current
         guard case .tcp = config.config.listen.admin else { return try await next(request, context) }
-        let hostFields = request.head.authority.map { [$0] } ?? []
+        // HTTPTypes keeps the first `Host` as the authority and any further ones as fields: two
+        // are refused (400), as on the proxy listener.
+        let hostFields = (request.head.authority.map { [$0] } ?? []) + request.headers[values: Self.host]
         switch config.hostPolicy.verdict(hostFields: hostFields, requiresHost: true) {
         case .allowed:
             return try await next(request, context)
@@ -22,6 +24,8 @@ struct AdminHostMiddleware<Context: RequestContext>: RouterMiddleware {
             return AdminHostMiddleware.error(.forbidden, "host not allowed: \(HTTPFieldSyntax.printable(name))")
         }
     }
+
+    static var host: HTTPField.Name { HTTPField.Name("Host")! }
 
     static func error(_ status: HTTPResponse.Status, _ message: String) -> Response {
         let body = JSONValue.object(["error": .string(message)]).serializedBytes
