@@ -3,6 +3,7 @@ import NIOCore
 import NIOHTTP1
 import NIOPosix
 import ServiceLifecycle
+import Synchronization
 
 /// The proxy listener (raw SwiftNIO) as a `Service`: binds, serves until a graceful
 /// shutdown, then stops accepting and lets the requests in flight finish within
@@ -61,7 +62,15 @@ struct ProxyListener: Service {
 
     private func bind(requests: RequestWorkQueue) async throws -> any Channel {
         let context = self.context
+        let acceptFailures = AcceptFailureLog(logger: logger)
         return try await ServerBootstrap(group: group)
+            // Out of descriptors (EMFILE, ENFILE, ENOBUFS, ENOMEM): accept again a second later
+            // instead of spinning, and say so (once a minute).
+            .serverChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(acceptFailures.backoffHandler())
+                }
+            }
             .serverChannelOption(.backlog, value: 1024)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
@@ -90,5 +99,42 @@ struct ProxyListener: Service {
         try pipeline.addHandler(HTTPResponseEncoder())
         try pipeline.addHandler(ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes)))
         try pipeline.addHandler(ProxyHTTPHandler(responder: responder, requests: requests))
+    }
+}
+
+/// Accept failures for lack of descriptors or memory: NIO's `AcceptBackoffHandler` waits a
+/// second before accepting again (the accept loop would otherwise spin a core), and the
+/// failure is logged at most once a minute.
+final class AcceptFailureLog: Sendable {
+    private let logger: Logger
+    private let lastLogged = Mutex<ContinuousClock.Instant?>(nil)
+    private let now: @Sendable () -> ContinuousClock.Instant
+
+    init(logger: Logger, now: @escaping @Sendable () -> ContinuousClock.Instant = { .now }) {
+        (self.logger, self.now) = (logger, now)
+    }
+
+    func backoffHandler() -> AcceptBackoffHandler {
+        AcceptBackoffHandler { [self] error in
+            let delay = AcceptBackoffHandler.defaultBackoffProvider(error: error)
+            if delay != nil { self.record(error) }
+            return delay
+        }
+    }
+
+    /// Logs `error` unless it was logged less than a minute ago; whether it logged.
+    @discardableResult
+    func record(_ error: IOError) -> Bool {
+        let at = now()
+        let due = lastLogged.withLock { last -> Bool in
+            guard last.map({ at - $0 >= .seconds(60) }) ?? true else { return false }
+            last = at
+            return true
+        }
+        if due {
+            logger.error("cannot accept connections: out of file descriptors or memory; retrying every second",
+                         metadata: ["error": "\(error)"])
+        }
+        return due
     }
 }
