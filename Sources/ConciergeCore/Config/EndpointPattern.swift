@@ -124,9 +124,32 @@ public final class RegexBox: @unchecked Sendable {
     public let source: String
     public let regex: NSRegularExpression
 
+    /// Throws ``CompileError`` with the compiler's message (what is wrong, e.g. "expected ')'")
+    /// for an invalid pattern.
     public init(_ source: String) throws {
         self.source = source
-        self.regex = try NSRegularExpression(pattern: source, options: [])
+        do {
+            self.regex = try NSRegularExpression(pattern: source, options: [])
+        } catch {
+            throw CompileError(pattern: source, message: Self.compilerMessage(source) ?? "\(error)")
+        }
+    }
+
+    /// Why a pattern did not compile, in the words of Swift's regex parser (Foundation on Linux
+    /// says only "The value is invalid").
+    public struct CompileError: Error, CustomStringConvertible, Sendable {
+        public let pattern: String
+        public let message: String
+        public var description: String { message }
+    }
+
+    static func compilerMessage(_ source: String) -> String? {
+        do {
+            _ = try Regex(source)
+            return nil
+        } catch {
+            return "\(error)"
+        }
     }
 
     /// Unanchored search.

@@ -147,6 +147,7 @@ struct AdminAPI: Sendable {
     }
 
     static func describe(_ error: any Error) -> String {
+        if let compile = error as? RegexBox.CompileError { return compile.message }
         let ns = error as NSError
         if let reason = ns.userInfo["NSInvalidValue"] { return "\(reason) \(ns.localizedDescription)" }
         return ns.localizedDescription
