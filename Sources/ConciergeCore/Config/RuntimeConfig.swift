@@ -3,7 +3,8 @@ import Synchronization
 /// One loaded configuration with the pipeline steps built from it. Immutable: a reload
 /// builds a new one and swaps it in ``Runtime``.
 public final class RuntimeConfig: Sendable {
-    public let config: ConciergeConfig
+    /// The configuration as loaded from the file.
+    public let settings: ConciergeConfig
     public let router: EndpointRouter
     public let commonParams: CommonParamsStep
     public let loginGuard = LoginGuard()
@@ -18,7 +19,7 @@ public final class RuntimeConfig: Sendable {
     public let redactor: SecretRedactor
 
     public init(config: ConciergeConfig) {
-        self.config = config
+        settings = config
         router = EndpointRouter(endpoints: config.endpoints)
         commonParams = CommonParamsStep(common: config.common)
         injector = TokenInjector(points: config.session.inject)
@@ -49,14 +50,14 @@ public final class RuntimeConfig: Sendable {
         switch endpoint.sign {
         case .off: return nil
         case .custom(let s): return RequestSigner(config: s)
-        case .inherit: return config.signing.map(RequestSigner.init)
+        case .inherit: return settings.signing.map(RequestSigner.init)
         }
     }
 
     /// Current cache version of each cacheable endpoint (for the sweeper).
     public var cacheVersions: [String: Int] {
         var out: [String: Int] = [:]
-        for e in config.endpoints { out[e.name] = e.cache.version ?? config.cache.version }
+        for e in settings.endpoints { out[e.name] = e.cache.version ?? settings.cache.version }
         return out
     }
 }
@@ -109,7 +110,7 @@ public final class Runtime: Sendable {
     /// Switches the default upstream; `false` when no upstream has that name.
     public func setEnvironment(_ name: String) -> Bool {
         let switched = state.withLock { s in
-            guard s.config.config.upstream(named: name) != nil else { return false }
+            guard s.config.settings.upstream(named: name) != nil else { return false }
             s.environment = name
             return true
         }

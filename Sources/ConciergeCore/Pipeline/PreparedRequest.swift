@@ -70,7 +70,7 @@ public struct PreparedRequest: Sendable {
     /// - Parameter session: the stored session (one of the other kind is ignored).
     public static func prepare(_ received: Received, route: Route, session stored: SessionTokens?) -> Outcome {
         let (rc, environment, endpoint) = (route.config, route.environment, route.endpoint)
-        let config = rc.config
+        let config = rc.settings
         let target = received.target.isEmpty ? "/" : received.target
         var request = ProxyRequest(method: received.method, target: target, headers: received.headers,
                                    body: body(received, buffered: endpoint.envelope || endpoint.isCacheable))
@@ -105,7 +105,7 @@ public struct PreparedRequest: Sendable {
         let params = request.query + (request.paramsGoInQuery ? [] : request.body.params)
         return CacheKey.make(method: request.method, upstreamBaseURL: upstream.baseURL, path: request.path, params: params,
                              excluding: config.keyExclusions, userID: scope.userID,
-                             version: endpoint.cache.version ?? config.config.cache.version)
+                             version: endpoint.cache.version ?? config.settings.cache.version)
     }
 
     /// Buffered endpoints (envelope or cacheable) parse their body for parameters; others

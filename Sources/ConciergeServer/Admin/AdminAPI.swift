@@ -62,7 +62,7 @@ struct AdminAPI: Sendable {
             criteria = .pattern(pattern)
             by = "pattern"
         } else if case .string(let endpoint)? = fields["endpoint"] {
-            guard control.runtime.current.config.endpoint(named: endpoint) != nil else {
+            guard control.runtime.current.settings.endpoint(named: endpoint) != nil else {
                 return error(.notFound, "no endpoint named '\(endpoint)'")
             }
             criteria = .endpoints([endpoint], scope: .everyone)
@@ -108,7 +108,7 @@ struct AdminAPI: Sendable {
             return error(.badRequest, "body must be {\"access_token\": STRING, \"refresh_token\": STRING, \"user_id\": STRING or NUMBER}")
         }
         // With `session.app_token` the tokens set by hand are the app token (no user).
-        let kind = control.runtime.current.config.session.kind
+        let kind = control.runtime.current.settings.session.kind
         let user = kind == .app ? nil : f["user_id"].flatMap { $0 == .null ? nil : $0.parameterText }
         let tokens = SessionTokens(accessToken: access, refreshToken: f["refresh_token"]?.stringValue, userID: user, kind: kind)
         try await control.lifecycle.login(byHand: tokens)
@@ -122,7 +122,7 @@ struct AdminAPI: Sendable {
 
     func environment() -> Response {
         json(["environment": .string(control.runtime.environment),
-              "upstreams": .object(Dictionary(uniqueKeysWithValues: control.runtime.current.config.upstreams.map { ($0.name, JSONValue.string($0.baseURL)) }))])
+              "upstreams": .object(Dictionary(uniqueKeysWithValues: control.runtime.current.settings.upstreams.map { ($0.name, JSONValue.string($0.baseURL)) }))])
     }
 
     func switchEnvironment(_ request: Request) async throws -> Response {
@@ -131,7 +131,7 @@ struct AdminAPI: Sendable {
             return error(.badRequest, "body must be {\"environment\": NAME}")
         }
         guard control.runtime.setEnvironment(name) else {
-            let known = control.runtime.current.config.upstreams.map(\.name).joined(separator: ", ")
+            let known = control.runtime.current.settings.upstreams.map(\.name).joined(separator: ", ")
             return error(.notFound, "no upstream named '\(name)' (known: \(known))")
         }
         control.events.publish("environment.changed", ["environment": .string(name)])

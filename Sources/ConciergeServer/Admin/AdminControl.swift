@@ -28,7 +28,7 @@ struct AdminControl: Sendable {
     /// `GET /session`: who, whether tokens are present, `kind` (`user` | `app`), when set and
     /// `expires_at` (RFC 3339 or null); tokens masked, never shown.
     func sessionDescription() -> JSONValue {
-        let kind = runtime.current.config.session.kind
+        let kind = runtime.current.settings.session.kind
         guard let s = session.current, s.kind == kind else {
             return ["logged_in": false, "kind": .string(kind.rawValue), "expires_at": .null]
         }

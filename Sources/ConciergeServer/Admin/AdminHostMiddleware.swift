@@ -11,7 +11,7 @@ struct AdminHostMiddleware<Context: RequestContext>: RouterMiddleware {
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         let config = runtime.current
-        guard case .tcp = config.config.listen.admin else { return try await next(request, context) }
+        guard case .tcp = config.settings.listen.admin else { return try await next(request, context) }
         // HTTPTypes keeps the first `Host` as the authority and any further ones as fields: two
         // are refused (400), as on the proxy listener.
         let hostFields = (request.head.authority.map { [$0] } ?? []) + request.headers[values: Self.host]

@@ -14,7 +14,7 @@ struct HookDispatcher: Sendable {
     let logger: Logger
 
     func deliver(_ event: ConciergeEvent) {
-        let hooks = runtime.current.config.hooks.filter { $0.events.contains("*") || $0.events.contains(event.type) }
+        let hooks = runtime.current.settings.hooks.filter { $0.events.contains("*") || $0.events.contains(event.type) }
         guard !hooks.isEmpty else { return }
         var payload: [String: JSONValue] = ["id": .int(Int64(event.id)), "type": .string(event.type), "time": .double(event.time.timeIntervalSince1970)]
         if case .object(let members) = event.data { payload.merge(members) { a, _ in a } }

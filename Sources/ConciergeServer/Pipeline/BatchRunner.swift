@@ -40,7 +40,7 @@ struct BatchRunner: Sendable {
         case .upstream(let stream):
             do {
                 for try await var chunk in stream {
-                    guard body.readableBytes + chunk.readableBytes <= pipeline.runtime.current.config.limits.maxBodyBytes else {
+                    guard body.readableBytes + chunk.readableBytes <= pipeline.runtime.current.settings.limits.maxBodyBytes else {
                         reply = .json(502, ["error": "sub-request reply too large for a batch"])
                         body = reply.bufferedBody ?? ByteBuffer()
                         break
@@ -101,7 +101,7 @@ struct BatchRunner: Sendable {
             return Self.refused(error.message)
         }
         let failFast = parsed.mode == "fail_fast"
-        let limit = pipeline.runtime.current.config.limits.batchConcurrency
+        let limit = pipeline.runtime.current.settings.limits.batchConcurrency
         var results: [String: JSONValue] = [:]
         var ok = true
         await withTaskGroup(of: (String, ProxyAnswer, ByteBuffer)?.self) { group in

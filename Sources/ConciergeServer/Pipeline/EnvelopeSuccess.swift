@@ -23,7 +23,7 @@ struct EnvelopeSuccess: Sendable {
         answer.report.succeeded = true
         var storedBody = response.body
         if let capture {
-            await lifecycle.login(captured, from: json, capture: capture, limit: p.config.config.session.maxRefreshes)
+            await lifecycle.login(captured, from: json, capture: capture, limit: p.config.settings.session.maxRefreshes)
             if capture.redact {
                 // The client never holds the captured tokens (token-handler pattern).
                 var redacted = json.removing(path: capture.accessToken)

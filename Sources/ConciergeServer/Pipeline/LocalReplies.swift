@@ -5,13 +5,13 @@ import NIOCore
 enum LocalReplies {
     /// `session.not_logged_in`, with its business code for the report.
     static func notLoggedIn(_ config: RuntimeConfig) -> (ProxyReply, BusinessCode?) {
-        let notLoggedIn = config.config.session.notLoggedIn
+        let notLoggedIn = config.settings.session.notLoggedIn
         return (.json(notLoggedIn.status, notLoggedIn.body), config.envelope.code(in: notLoggedIn.body))
     }
 
     /// `envelope.unavailable` (upstream down, token unobtainable), with the given status.
     static func unavailable(_ config: RuntimeConfig, status: Int? = nil) -> ProxyReply {
-        .json(status ?? config.config.envelope.unavailable.status, config.config.envelope.unavailable.body)
+        .json(status ?? config.settings.envelope.unavailable.status, config.settings.envelope.unavailable.body)
     }
 
     /// `envelope.unavailable` for a request whose token could not be had this time, with
@@ -24,7 +24,7 @@ enum LocalReplies {
 
     /// `envelope.invalid` with the problem appended to its message.
     static func invalid(_ config: RuntimeConfig, problem: String) -> ProxyReply {
-        let envelope = config.config.envelope
+        let envelope = config.settings.envelope
         var body = envelope.invalid.body
         if case .object(var members) = body {
             let base = members[envelope.messagePath]?.stringValue ?? "response failed validation"

@@ -111,7 +111,7 @@ public final class ProxyPipeline: Sendable {
         let entry = CacheEntry(key: key, endpoint: p.endpoint.name, userID: p.scope.userID, status: storable.status,
                                headers: storable.headers, body: storable.body, storedAt: cache.clock.now,
                                ttl: policy.ttl.seconds, staleWhileRevalidate: policy.staleWhileRevalidate.seconds,
-                               staleIfError: policy.staleIfError.seconds, version: policy.version ?? p.config.config.cache.version)
+                               staleIfError: policy.staleIfError.seconds, version: policy.version ?? p.config.settings.cache.version)
         return Fetched(result: result, stored: cache.store(entry))
     }
 

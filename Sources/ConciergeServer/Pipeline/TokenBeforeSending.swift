@@ -13,7 +13,7 @@ enum TokenBeforeSending {
     }
 
     nonisolated(nonsending) static func decide(_ p: PreparedRequest, refresher: TokenRefresher, session current: SessionTokens?) async -> Decision {
-        let config = p.config.config
+        let config = p.config.settings
         guard let token = p.token else {
             // An app token not fetched yet.
             let outcome = await refresher.freshToken(replacing: nil)

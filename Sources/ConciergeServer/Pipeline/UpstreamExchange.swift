@@ -77,7 +77,7 @@ struct UpstreamExchange: Sendable {
             let started = ContinuousClock.now
             let response: UpstreamResponse
             do {
-                response = try await transport.send(request, maxBody: p.config.config.limits.maxBodyBytes)
+                response = try await transport.send(request, maxBody: p.config.settings.limits.maxBodyBytes)
             } catch {
                 let elapsed = ContinuousClock.now - started
                 attempt.upstreamTime += elapsed
@@ -111,7 +111,7 @@ struct UpstreamExchange: Sendable {
     nonisolated(nonsending) private func judge(_ response: UpstreamResponse, _ p: PreparedRequest, _ attempt: Attempt) async -> Step {
         let headers = HopByHopFields.endToEnd(response.headers, dropping: Self.replacedInReplies)
         var upstreamAnswer = attempt.answer(ProxyReply(status: response.status, headers: headers, body: .buffer(response.body)), p)
-        if let stale = attempt.token, p.config.config.session.refreshOnStatus.contains(response.status) {
+        if let stale = attempt.token, p.config.settings.session.refreshOnStatus.contains(response.status) {
             // An expiry signal by HTTP status (OAuth2's 401): renew and replay.
             return await renew(p, replacing: stale, attempt, upstreamAnswer: upstreamAnswer)
         }
@@ -136,7 +136,7 @@ struct UpstreamExchange: Sendable {
     nonisolated(nonsending) private func readEnvelope(_ response: UpstreamResponse, _ upstreamAnswer: ProxyAnswer, _ p: PreparedRequest,
                               _ attempt: Attempt) async -> Step {
         var upstreamAnswer = upstreamAnswer
-        let config = p.config.config
+        let config = p.config.settings
         let capture = config.session.capture.flatMap { $0.endpoint == p.endpoint.name && config.session.kind == .user ? $0 : nil }
         let needsTree = capture != nil || !p.endpoint.validate.isEmpty || p.endpoint.unwrap != nil || !config.envelope.warningCodes.isEmpty
         let json = needsTree ? JSONValue.parse(response.body.readableBytesView)
@@ -180,7 +180,7 @@ struct UpstreamExchange: Sendable {
     /// An expiry signal on a request that carried `stale`: one renewal through the single
     /// flight, then a replay, at most `session.max_replays` times.
     nonisolated(nonsending) private func renew(_ p: PreparedRequest, replacing stale: String, _ attempt: Attempt, upstreamAnswer: ProxyAnswer) async -> Step {
-        let session = p.config.config.session
+        let session = p.config.settings.session
         guard attempt.replays < session.maxReplays else {
             logger.warning("token still expired after the last replay", metadata: ["endpoint": "\(p.endpoint.name)", "replays": "\(attempt.replays)"])
             return .done(.failure(upstreamAnswer))

@@ -41,7 +41,7 @@ enum UpstreamRequestBuilder {
                 headers.replaceOrAdd(name: "Content-Type", value: type)
             }
         }
-        let timeout = p.endpoint.timeout ?? p.config.config.limits.defaultTimeout
+        let timeout = p.endpoint.timeout ?? p.config.settings.limits.defaultTimeout
         return UpstreamRequest(method: request.method, url: p.upstream.baseURL + request.target, headers: headers, body: body, timeout: timeout)
     }
 

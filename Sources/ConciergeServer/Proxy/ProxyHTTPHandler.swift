@@ -48,7 +48,7 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
     init(responder: Responder, requests: RequestWorkQueue) {
         self.responder = responder
         self.requests = requests
-        machine = ProxyConnectionStateMachine(limits: .init(responder.currentConfig.config.limits))
+        machine = ProxyConnectionStateMachine(limits: .init(responder.currentConfig.settings.limits))
     }
 
     // MARK: - NIO events
@@ -143,7 +143,7 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
         let route = head.uri == "*" ? nil : routeMemo.route(head.method, target: head.uri, responder)
         routeOfNextDispatch = route
         let streamsBody = route?.streamsBody ?? false
-        let action = machine.headReceived(head, streamsBody: streamsBody, limits: .init(config.config.limits),
+        let action = machine.headReceived(head, streamsBody: streamsBody, limits: .init(config.settings.limits),
                                           now: context.eventLoop.now, started: .now)
         execute(action, context: context)
     }

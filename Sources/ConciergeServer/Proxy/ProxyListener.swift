@@ -45,7 +45,7 @@ struct ProxyListener: Service {
             logger.info("proxy stops accepting; finishing requests in flight")
             try? await server.close()
             requests.finish()
-            let grace = context.runtime.current.config.limits.shutdownGrace
+            let grace = context.runtime.current.settings.limits.shutdownGrace
             phases.addTask {
                 try? await Task.sleep(for: grace)
                 return .graceOver

@@ -58,7 +58,7 @@ final class ProxyServerContext: ProxyResponder {
         guard let components = URLComponents(string: uri), let host = components.host?.lowercased(),
               let scheme = components.scheme?.lowercased() else { return nil }
         let port = components.port ?? (scheme == "https" ? 443 : 80)
-        let known = runtime.current.config.upstreams.contains { $0.host.lowercased() == host && $0.port == port }
+        let known = runtime.current.settings.upstreams.contains { $0.host.lowercased() == host && $0.port == port }
         guard known else { return nil }
         let path = components.percentEncodedPath.isEmpty ? "/" : components.percentEncodedPath
         return (components.percentEncodedQuery.map { "\(path)?\($0)" } ?? path, host)

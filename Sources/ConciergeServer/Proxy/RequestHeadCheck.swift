@@ -12,7 +12,7 @@ enum RequestHeadCheck {
     ///   not checked again (clients send one `Host` per connection). Updated here.
     static func refusal(_ head: inout HTTPRequestHead, config: RuntimeConfig, responder: some ProxyResponder,
                         allowedHost: inout AllowedHost?) -> ProxyReply? {
-        let limits = config.config.limits
+        let limits = config.settings.limits
         let fields = Fields(head)
         if fields.headerBytes > limits.maxHeaderBytes {
             return .error(431, "request header block larger than \(limits.maxHeaderBytes) bytes")

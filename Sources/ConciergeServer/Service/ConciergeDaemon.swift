@@ -68,7 +68,7 @@ public final class ConciergeDaemon: Sendable {
         stats = ProxyStats()
         events = EventBus()
         client = UpstreamClient(eventLoopGroup: group)
-        transport = PooledUpstreamTransport(group: group, client: client) { [runtime] in runtime.current.config.upstreams }
+        transport = PooledUpstreamTransport(group: group, client: client) { [runtime] in runtime.current.settings.upstreams }
         revocation = TokenRevocation(transport: transport, runtime: runtime, logger: logger)
         lifecycle = SessionLifecycle(session: session, cache: cache, stats: stats, events: events, logger: logger, revocation: revocation)
         pipeline = Self.makePipeline(runtime: runtime, cache: cache, lifecycle: lifecycle, transport: transport, logger: logger)
@@ -78,7 +78,7 @@ public final class ConciergeDaemon: Sendable {
         requestLogger = makeLogger("concierge.request")
         let runtime = self.runtime
         let session = self.session
-        scrubber.addSource { runtime.current.config.secretValues }
+        scrubber.addSource { runtime.current.settings.secretValues }
         scrubber.addSource { session.secretsForLogs }
     }
 
@@ -123,7 +123,7 @@ public final class ConciergeDaemon: Sendable {
 
     /// Runs until SIGTERM/SIGINT (when `handleSignals`) or ``shutdown()``.
     public func run(handleSignals: Bool = true) async throws {
-        let config = runtime.current.config
+        let config = runtime.current.settings
         let context = ProxyServerContext(pipeline: pipeline, stats: stats, requestLog: RequestLog(logger: requestLogger))
         guard case .tcp(let proxyHost, let proxyPort) = config.listen.proxy else { preconditionFailure("validated by the loader") }
         let readiness = self.readiness
@@ -186,7 +186,7 @@ public final class ConciergeDaemon: Sendable {
     }
 
     private func makeAdminService() throws -> (any Service)? {
-        let config = runtime.current.config
+        let config = runtime.current.settings
         guard let token = adminToken else {
             logger.error("admin listener not started: no admin token (set admin.token, admin.token_file or CONCIERGE_ADMIN_TOKEN)")
             return nil
@@ -236,7 +236,7 @@ public final class ConciergeDaemon: Sendable {
         defer { notifier.notify("READY=1\nSTATUS=\(statusLine())") }
         do {
             let config = try ConfigLoader.load(path: configPath)
-            let old = runtime.current.config
+            let old = runtime.current.settings
             var notes: [String] = []
             if config.listen.proxy != old.listen.proxy || config.listen.admin != old.listen.admin { notes.append("listen addresses change only on restart") }
             if config.storage.path != old.storage.path { notes.append("storage.path changes only on restart") }

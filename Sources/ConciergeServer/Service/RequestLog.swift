@@ -13,7 +13,7 @@ public struct RequestLog: Sendable {
     }
 
     func log(_ incoming: IncomingRequest, _ answer: ProxyAnswer, total: Duration, config: RuntimeConfig) {
-        guard config.config.log.requests else { return }
+        guard config.settings.log.requests else { return }
         let reply = answer.reply, report = answer.report
         let target = config.redactor.redactTarget(incoming.target)
         let upstream = report.upstreamTime.map { String(format: "%.1f", $0.seconds * 1000) } ?? "-"
@@ -45,7 +45,7 @@ public struct RequestLog: Sendable {
         }
         if case .buffered(let body) = incoming.body, body.readableBytes > 0 {
             let text: String
-            if config.config.session.capture?.endpoint == endpoint {
+            if config.settings.session.capture?.endpoint == endpoint {
                 text = "<\(body.readableBytes) bytes of the capture endpoint, not shown>"
             } else {
                 text = redactor.redactBody(body.readableBytesView.prefix(4096), contentType: incoming.headers.first(name: "content-type"))

@@ -79,7 +79,7 @@ public actor TokenRefresher {
     /// - Parameter expirySignal: the upstream refused `staleToken` (an expiry signal), rather
     ///   than the token nearing its known expiry (`refresh_ahead`).
     public func freshToken(replacing staleToken: String?, expirySignal: Bool = true) async -> Outcome {
-        let config = runtime.current.config.session
+        let config = runtime.current.settings.session
         let current = session.current.flatMap { $0.kind == config.kind ? $0 : nil }
         if let current, current.accessToken != staleToken { return .refreshed(current.accessToken) }
         if config.kind == .user, current == nil { return .loggedOut }
@@ -139,7 +139,7 @@ public actor TokenRefresher {
 
     private func perform(_ tokens: SessionTokens?, generation: Int) async -> Outcome {
         let (rc, environment) = runtime.snapshot
-        let config = rc.config.session
+        let config = rc.settings.session
         if let appToken = config.appToken {
             return await fetchAppToken(appToken, rc: rc, environment: environment, generation: generation)
         }
@@ -192,7 +192,7 @@ public actor TokenRefresher {
         case .answered(.refused(let why, let retryAfter, let clientCredentials)):
             return refused(why, retryAfter: retryAfter, clientCredentials: clientCredentials, path: endpoint.path)
         case .answered(.good(let access, _, let expiresIn)):
-            lifecycle.lifetimeWarning.check(expiresIn, limit: rc.config.session.maxRefreshes, logger: logger)
+            lifecycle.lifetimeWarning.check(expiresIn, limit: rc.settings.session.maxRefreshes, logger: logger)
             let now = Date()
             let tokens = SessionTokens(accessToken: access, refreshToken: nil, userID: nil, setAt: now, kind: .app,
                                        expiresAt: TokenReply.expiry(expiresIn, from: now))
@@ -217,7 +217,7 @@ public actor TokenRefresher {
     private func call(_ endpoint: ConciergeConfig.TokenEndpoint, refreshToken: String?, accessToken: String?,
                       rc: RuntimeConfig, environment: String) async -> CallResult {
         stats.increment(.refreshes)
-        guard let upstream = rc.config.upstream(named: endpoint.upstream ?? environment) else {
+        guard let upstream = rc.settings.upstream(named: endpoint.upstream ?? environment) else {
             return .failed("no upstream named \(endpoint.upstream ?? environment)", retryAfter: nil)
         }
         let built = TokenRequest(endpoint, refreshToken: refreshToken, accessToken: accessToken)
@@ -225,7 +225,7 @@ public actor TokenRefresher {
         let request = UpstreamRequest(method: built.method, url: upstream.baseURL + built.target, headers: built.headers, body: body,
                                       timeout: endpoint.timeout)
         do {
-            let response = try await transport.send(request, maxBody: rc.config.limits.maxBodyBytes)
+            let response = try await transport.send(request, maxBody: rc.settings.limits.maxBodyBytes)
             let retryAfter = TokenReply.retryAfterSeconds(response.headers.first(name: "retry-after"))
             if response.status >= 500 { return .failed("token endpoint answered HTTP \(response.status)", retryAfter: retryAfter) }
             let json = JSONValue.parse(response.body.readableBytesView)

@@ -24,7 +24,7 @@ final class TokenRevocation: Service, Sendable {
 
     /// Revokes `tokens` at the provider, when `session.revoke` is configured.
     func revoke(_ tokens: SessionTokens) {
-        guard runtime.current.config.session.revoke != nil else { return }
+        guard runtime.current.settings.session.revoke != nil else { return }
         input.yield(tokens)
     }
 
@@ -43,8 +43,8 @@ final class TokenRevocation: Service, Sendable {
     /// One revocation request; a 2xx (an empty `200` included) is a success.
     func send(_ tokens: SessionTokens) async {
         let (rc, environment) = runtime.snapshot
-        guard let endpoint = rc.config.session.revoke,
-              let upstream = rc.config.upstream(named: endpoint.upstream ?? environment) else { return }
+        guard let endpoint = rc.settings.session.revoke,
+              let upstream = rc.settings.upstream(named: endpoint.upstream ?? environment) else { return }
         let built = TokenRequest(endpoint, refreshToken: tokens.refreshToken, accessToken: tokens.accessToken)
         let body: UpstreamRequest.Body = built.body.map { .bytes(ByteBuffer(bytes: $0)) } ?? .none
         let request = UpstreamRequest(method: built.method, url: upstream.baseURL + built.target, headers: built.headers, body: body,
