@@ -109,6 +109,23 @@ struct IdentityProviderTests {
         }
     }
 
+    @Test("renewal ahead of expiry follows the daemon's clock: an hour-long token is renewed once the clock nears its end, without waiting")
+    func renewalFollowsInjectedClock() async throws {
+        let clock = ManualClock()
+        try await ConciergeTestRig.with(endpoints: DialectTestConfig.oauth2Endpoints, extra: DialectTestConfig.oauth2(),
+                                        apiConfiguration: SampleAPIConfiguration(dialect: .oauth2), environment: DialectTestConfig.environment,
+                                        clock: clock) { rig in
+            let login = try await OAuth2DialectTests.login(rig)
+            #expect(login.status == 200)
+            #expect(try await rig.get("/api/items").status == 200)
+            #expect(rig.api.state.tokenCalls == 0)
+            clock.advance(by: 3590)  // 10 s left: inside refresh_ahead (30 s)
+            #expect(try await rig.get("/api/items").status == 200)
+            #expect(rig.api.state.tokenCalls == 1)
+            #expect(rig.api.state.expirySignals == 0)
+        }
+    }
+
     @Test("a token whose known expiry has passed is never sent while it cannot be renewed")
     func expiredTokenNeverSent() async throws {
         try await Self.with(ttl: .seconds(2)) { rig in

@@ -24,7 +24,7 @@ enum TokenBeforeSending {
                 return .answer(LocalReplies.tokenUnavailable(p.config, retryAfter: outcome.retryAfter), nil)
             }
         }
-        let now = Date()
+        let now = refresher.clock.date
         guard let current, current.accessToken == token, config.session.tokenEndpoint != nil,
               current.needsRenewal(at: now, ahead: config.session.refreshAhead)
         else { return .send(token) }

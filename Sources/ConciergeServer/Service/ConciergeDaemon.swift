@@ -70,7 +70,8 @@ public final class ConciergeDaemon: Sendable {
         client = UpstreamClient(eventLoopGroup: group)
         transport = PooledUpstreamTransport(group: group, client: client) { [runtime] in runtime.current.settings.upstreams }
         revocation = TokenRevocation(transport: transport, runtime: runtime, logger: logger)
-        lifecycle = SessionLifecycle(session: session, cache: cache, stats: stats, events: events, logger: logger, revocation: revocation)
+        lifecycle = SessionLifecycle(session: session, cache: cache, stats: stats, events: events, logger: logger, revocation: revocation,
+                                     clock: clock)
         pipeline = Self.makePipeline(runtime: runtime, cache: cache, lifecycle: lifecycle, transport: transport, logger: logger)
         hooks = HookDispatcher(runtime: runtime, client: client, logger: logger)
         let hooks = self.hooks

@@ -24,6 +24,8 @@ struct SessionLifecycle: Sendable {
     var revocation: TokenRevocation? = nil
     /// Warns once when tokens live shorter than the loop guard allows.
     let lifetimeWarning = TokenLifetimeWarning()
+    /// The wall clock tokens are stamped and judged by (expiry, renewal ahead).
+    var clock: WallClock = .system
 
     /// Stores the tokens a login reply carried (`session.capture`).
     func login(_ reply: TokenReply?, from json: JSONValue, capture: ConciergeConfig.Capture, limit: ConciergeConfig.RefreshLimit) async {
@@ -32,7 +34,7 @@ struct SessionLifecycle: Sendable {
             return
         }
         lifetimeWarning.check(expiresIn, limit: limit, logger: logger)
-        let now = Date()
+        let now = clock.date
         let tokens = SessionTokens(accessToken: access, refreshToken: refreshToken,
                                    userID: capture.userID.flatMap { json[path: $0]?.parameterText }, setAt: now,
                                    kind: .user, expiresAt: TokenReply.expiry(expiresIn, from: now))

@@ -50,6 +50,8 @@ public actor TokenRefresher {
     private let events: EventBus
     private let lifecycle: SessionLifecycle
     private let logger: Logger
+    /// The wall clock tokens are stamped by (the session lifecycle's).
+    nonisolated let clock: WallClock
     private var inFlight: Task<Outcome, Never>?
     /// When a fresh token from a successful call met an expiry signal (the loop guard's count).
     private var loopSignals: [ContinuousClock.Instant] = []
@@ -71,6 +73,7 @@ public actor TokenRefresher {
         self.events = events
         self.lifecycle = lifecycle
         self.logger = logger
+        clock = lifecycle.clock
     }
 
     /// A token newer than `staleToken` (`nil`: any token, e.g. the app token on first need):
@@ -159,7 +162,7 @@ public actor TokenRefresher {
         switch reply {
         case .good(let access, let rotated, let expiresIn):
             lifecycle.lifetimeWarning.check(expiresIn, limit: config.maxRefreshes, logger: logger)
-            let now = Date()
+            let now = lifecycle.clock.date
             let newTokens = SessionTokens(accessToken: access, refreshToken: rotated ?? refreshToken, userID: tokens.userID, setAt: now,
                                           kind: .user, expiresAt: TokenReply.expiry(expiresIn, from: now),
                                           subject: tokens.userID == nil ? tokens.cacheUser : nil)
@@ -193,7 +196,7 @@ public actor TokenRefresher {
             return refused(why, retryAfter: retryAfter, clientCredentials: clientCredentials, path: endpoint.path)
         case .answered(.good(let access, _, let expiresIn)):
             lifecycle.lifetimeWarning.check(expiresIn, limit: rc.settings.session.maxRefreshes, logger: logger)
-            let now = Date()
+            let now = lifecycle.clock.date
             let tokens = SessionTokens(accessToken: access, refreshToken: nil, userID: nil, setAt: now, kind: .app,
                                        expiresAt: TokenReply.expiry(expiresIn, from: now))
             do {
