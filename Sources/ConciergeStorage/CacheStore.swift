@@ -54,7 +54,7 @@ public final class CacheStore: Sendable {
         let index = SharedKeyIndex(KeyIndex(totals: totals, hashes: hashes))
         reader = CacheReader(database: database, hot: hot, index: index, accesses: AccessLog(), clock: clock,
                              logger: logger, encodeHead: encodeHead)
-        writer = CacheWriter(database: database, maxBytes: maxBytes, index: index, reader: reader, logger: logger)
+        writer = CacheWriter(reader: reader, maxBytes: maxBytes)
     }
 
     // MARK: Reads

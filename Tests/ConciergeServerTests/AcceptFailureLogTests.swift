@@ -11,30 +11,20 @@ import Testing
 /// failure is logged once a minute, not per attempt.
 @Suite("Accept failures")
 struct AcceptFailureLogTests {
-    /// Counts the `read`s that reach the channel.
-    final class Reads: ChannelOutboundHandler {
-        typealias OutboundIn = Any
-        var count = 0
-        func read(context: ChannelHandlerContext) {
-            count += 1
-            context.read()
-        }
-    }
-
     @Test("EMFILE on accept holds reads for a second, then accepting goes on")
     func backsOff() throws {
         let channel = EmbeddedChannel()
-        let reads = Reads()
+        let reads = EmbeddedProxyConnection.ReadCounter()
         try channel.pipeline.syncOperations.addHandler(reads)
         try channel.pipeline.syncOperations.addHandler(AcceptFailureLog(logger: Logger(label: "test")).backoffHandler())
         channel.pipeline.fireErrorCaught(IOError(errnoCode: EMFILE, reason: "accept"))
         channel.read()
-        #expect(reads.count == 0, "no accept while out of descriptors")
+        #expect(reads.passed == 0, "no accept while out of descriptors")
         // NIO's handler schedules by the real clock's deadlines; the embedded loop is moved to them.
         channel.embeddedEventLoop.advanceTime(to: .now() + .milliseconds(500))
-        #expect(reads.count == 0)
+        #expect(reads.passed == 0)
         channel.embeddedEventLoop.advanceTime(to: .now() + .seconds(1))
-        #expect(reads.count == 1)
+        #expect(reads.passed == 1)
         _ = try? channel.finish()
     }
 

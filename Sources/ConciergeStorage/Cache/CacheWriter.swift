@@ -33,13 +33,9 @@ final class CacheWriter: Sendable {
         static let sliceRows = 2000
     }
 
-    let database: StorageDatabase
-    let maxBytes: Int
-    let index: SharedKeyIndex
+    /// The read side, whose database, hot tier, key index, access log and clock the writer shares.
     let reader: CacheReader
-    let accesses: AccessLog
-    let clock: WallClock
-    let logger: Logger
+    let maxBytes: Int
     private let pending = Mutex<[Work]>([])
     private let stopping = Mutex(false)
     private let wakeup: AsyncStream<Void>
@@ -48,11 +44,16 @@ final class CacheWriter: Sendable {
     /// Work that the current batch asks for once it commits (dropped if it rolls back).
     private let followUps = Mutex<[Work]>([])
 
-    init(database: StorageDatabase, maxBytes: Int, index: SharedKeyIndex, reader: CacheReader, logger: Logger) {
-        (self.database, self.maxBytes, self.index, self.reader) = (database, maxBytes, index, reader)
-        (accesses, clock, self.logger) = (reader.accesses, reader.clock, logger)
+    init(reader: CacheReader, maxBytes: Int) {
+        (self.reader, self.maxBytes) = (reader, maxBytes)
         (wakeup, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
     }
+
+    var database: StorageDatabase { reader.database }
+    var index: SharedKeyIndex { reader.index }
+    var accesses: AccessLog { reader.accesses }
+    var clock: WallClock { reader.clock }
+    var logger: Logger { reader.logger }
 
     /// At most this many entries wait for the writer; more are kept in the hot tier only.
     static let maxQueuedPuts = 20_000
