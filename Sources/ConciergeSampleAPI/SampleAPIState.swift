@@ -26,6 +26,16 @@ public final class SampleAPIState: Sendable {
 
     private let storage = Mutex(Storage())
     private let clock = ContinuousClock()
+    /// How far tests moved the API's clock past the real one (``advanceClock(by:)``).
+    private let clockOffset = Mutex(Duration.zero)
+
+    /// The API's time: the real clock plus what tests advanced it by.
+    private var now: ContinuousClock.Instant { clock.now + clockOffset.withLock { $0 } }
+
+    /// Moves the API's clock forward (token lifetimes pass without waiting).
+    public func advanceClock(by duration: Duration) {
+        clockOffset.withLock { $0 += duration }
+    }
 
     public init() {}
 
@@ -142,7 +152,7 @@ public final class SampleAPIState: Sendable {
     }
 
     func issueAppToken(supersede: Bool) -> String {
-        let now = clock.now
+        let now = self.now
         return storage.withLock { $0.tokens.issueAppToken(at: now, supersede: supersede) }
     }
 
@@ -151,17 +161,17 @@ public final class SampleAPIState: Sendable {
     }
 
     func issueTokens(for userID: String) -> TokenRegistry.TokenPair {
-        let now = clock.now
+        let now = self.now
         return storage.withLock { $0.tokens.issue(for: userID, at: now) }
     }
 
     func rotateTokens(refreshToken: String) -> TokenRegistry.TokenPair? {
-        let now = clock.now
+        let now = self.now
         return storage.withLock { $0.tokens.rotate(refreshToken: refreshToken, at: now) }
     }
 
     func status(ofAccessToken token: String, ttl: Duration) -> TokenRegistry.AccessTokenStatus {
-        let now = clock.now
+        let now = self.now
         return storage.withLock { $0.tokens.status(ofAccessToken: token, at: now, ttl: ttl) }
     }
 }

@@ -138,7 +138,7 @@ struct SampleAPITests {
         try await withSampleAPI(.init(accessTokenTTL: .seconds(2))) { api in
             let tokens = try await login(api)
             #expect(try await send(api, "GET", "/api/user/info?accessToken=\(tokens.access)").code == 200)
-            try await Task.sleep(for: .milliseconds(2100))
+            api.state.advanceClock(by: .milliseconds(2100))
             #expect(try await send(api, "GET", "/api/user/info?accessToken=\(tokens.access)").code == 801)
         }
     }
