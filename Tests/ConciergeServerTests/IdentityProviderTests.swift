@@ -128,17 +128,21 @@ struct IdentityProviderTests {
 
     @Test("a token whose known expiry has passed is never sent while it cannot be renewed")
     func expiredTokenNeverSent() async throws {
-        try await Self.with(ttl: .seconds(2)) { rig in
-            #expect(try await OAuth2DialectTests.login(rig).status == 200)
+        let clock = ManualClock()
+        try await ConciergeTestRig.with(endpoints: DialectTestConfig.oauth2Endpoints, extra: DialectTestConfig.oauth2(),
+                                        apiConfiguration: SampleAPIConfiguration(dialect: .oauth2), environment: DialectTestConfig.environment,
+                                        clock: clock) { rig in
+            let login = try await OAuth2DialectTests.login(rig)
+            #expect(login.status == 200)
             rig.api.state.setTokenEndpointFault(.serverError)
-            // Renewal ahead of expiry fails; the still valid token is sent until it expires,
-            // then the request is answered unavailable without reaching the upstream.
-            let answeredLocally = try await eventually(.seconds(8)) {
-                let reply = try await rig.get("/api/items")
-                #expect(reply.status == 200 || reply.status == 502)
-                return reply.status == 502
-            }
-            #expect(answeredLocally, "token calls \(rig.api.state.tokenCalls), expiry signals \(rig.api.state.expirySignals))")
+            // 10 s left: renewal ahead fails, the still valid token is sent.
+            clock.advance(by: 3590)
+            #expect(try await rig.get("/api/items").status == 200)
+            // Past its expiry (for Concierge and the provider alike): never sent, answered unavailable.
+            clock.advance(by: 20)
+            rig.api.state.advanceClock(by: .seconds(3610))
+            let reply = try await rig.get("/api/items")
+            #expect(reply.status == 502)
             #expect(rig.api.state.expirySignals == 0, "the upstream never saw the expired token")
             #expect(try await Self.loggedIn(rig))
         }
