@@ -9,10 +9,11 @@ import Testing
 /// dead grant ends a session; every other failure answers `unavailable` and keeps it.
 @Suite("Identity provider faults")
 struct IdentityProviderTests {
-    static func with(ttl: Duration = .seconds(3600), refreshExtra: String = "", _ body: (ConciergeTestRig) async throws -> Void) async throws {
+    static func with(ttl: Duration = .seconds(3600), refreshExtra: String = "", clock: ManualClock? = nil,
+                     _ body: (ConciergeTestRig) async throws -> Void) async throws {
         try await ConciergeTestRig.with(endpoints: DialectTestConfig.oauth2Endpoints, extra: DialectTestConfig.oauth2(refreshExtra: refreshExtra),
                                         apiConfiguration: SampleAPIConfiguration(accessTokenTTL: ttl, dialect: .oauth2),
-                                        environment: DialectTestConfig.environment, body)
+                                        environment: DialectTestConfig.environment, clock: clock, body)
     }
 
     static func loggedIn(_ rig: ConciergeTestRig) async throws -> Bool {
@@ -112,9 +113,7 @@ struct IdentityProviderTests {
     @Test("renewal ahead of expiry follows the daemon's clock: an hour-long token is renewed once the clock nears its end, without waiting")
     func renewalFollowsInjectedClock() async throws {
         let clock = ManualClock()
-        try await ConciergeTestRig.with(endpoints: DialectTestConfig.oauth2Endpoints, extra: DialectTestConfig.oauth2(),
-                                        apiConfiguration: SampleAPIConfiguration(dialect: .oauth2), environment: DialectTestConfig.environment,
-                                        clock: clock) { rig in
+        try await Self.with(clock: clock) { rig in
             let login = try await OAuth2DialectTests.login(rig)
             #expect(login.status == 200)
             #expect(try await rig.get("/api/items").status == 200)
@@ -129,9 +128,7 @@ struct IdentityProviderTests {
     @Test("a token whose known expiry has passed is never sent while it cannot be renewed")
     func expiredTokenNeverSent() async throws {
         let clock = ManualClock()
-        try await ConciergeTestRig.with(endpoints: DialectTestConfig.oauth2Endpoints, extra: DialectTestConfig.oauth2(),
-                                        apiConfiguration: SampleAPIConfiguration(dialect: .oauth2), environment: DialectTestConfig.environment,
-                                        clock: clock) { rig in
+        try await Self.with(clock: clock) { rig in
             let login = try await OAuth2DialectTests.login(rig)
             #expect(login.status == 200)
             rig.api.state.setTokenEndpointFault(.serverError)

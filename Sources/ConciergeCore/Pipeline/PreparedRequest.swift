@@ -89,9 +89,7 @@ public struct PreparedRequest: Sendable {
                                        scope: .notStorable, bypass: bypasses(received.headers),
                                        originalHeaders: received.headers, clientAddress: received.clientAddress)
         if endpoint.isCacheable, received.body != nil {
-            let authorizationReplaced = injects && rc.injector.points.contains {
-                if case .header(let name, _) = $0 { ASCIICase.equals(name, lowercase: "authorization") } else { false }
-            }
+            let authorizationReplaced = injects && rc.injector.replacesAuthorization
             prepared.scope = CacheScope.of(endpoint, injects: injects, appToken: appToken, session: session,
                                            clientToken: !injects && rc.injector.carriesToken(request),
                                            clientCredentials: CacheScope.carriesClientCredentials(received.headers,

@@ -2,9 +2,14 @@
 /// whatever the client sent there.
 public struct TokenInjector: Sendable {
     public let points: [InjectionPoint]
+    /// The token goes in `Authorization`, replacing whatever the client sent there.
+    public let replacesAuthorization: Bool
 
     public init(points: [InjectionPoint]) {
         self.points = points
+        replacesAuthorization = points.contains {
+            if case .header(let name, _) = $0 { ASCIICase.equals(name, lowercase: "authorization") } else { false }
+        }
     }
 
     /// Query and body names that carry a token: excluded from cache keys, masked in logs.
