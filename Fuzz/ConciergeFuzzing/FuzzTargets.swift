@@ -11,7 +11,7 @@ import NIOHTTP1
 /// (`concierge-fuzz config FILE…`), and in the unit tests, which replay the seed corpora
 /// in `Fuzz/corpus/` (one folder per target name).
 public enum FuzzTargets {
-    public static let names = ["config", "subrequests", "cachekey", "jsonscan", "wirehead"]
+    public static let names = ["config", "subrequests", "cachekey", "jsonscan", "wirehead", "forwarded"]
 
     /// The target of that name (also the corpus folder's name).
     public static func named(_ name: String) -> (@Sendable ([UInt8]) -> Void)? {
@@ -21,6 +21,7 @@ public enum FuzzTargets {
         case "cachekey": return cacheKey
         case "jsonscan": return jsonScan
         case "wirehead": return wireHead
+        case "forwarded": return forwardedBytes
         default: return nil
         }
     }

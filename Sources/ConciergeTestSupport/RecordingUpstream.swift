@@ -20,8 +20,8 @@ public final class RecordingUpstream: Sendable {
         var nextID = 0
     }
 
-    /// - Parameter reply: bytes answered once a connection has sent a blank line (a head);
-    ///   `nil` never answers.
+    /// - Parameter reply: bytes answered for every head a connection sends (each blank line
+    ///   ends one: bodies in these tests hold none); `nil` never answers.
     public static func start(reply: String? = nil) async throws -> RecordingUpstream {
         let store = Store()
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
@@ -46,6 +46,11 @@ public final class RecordingUpstream: Sendable {
         store.state.withLock { s in s.connections.keys.sorted().map { String(decoding: s.connections[$0]!, as: UTF8.self) }.joined() }
     }
 
+    /// Every byte received, all connections in order of their start (for bytes that are not UTF-8).
+    public var receivedBytes: [UInt8] {
+        store.state.withLock { s in s.connections.keys.sorted().flatMap { s.connections[$0]! } }
+    }
+
     public var connectionCount: Int { store.state.withLock { $0.connections.count } }
     public var openConnections: Int { store.state.withLock { $0.open.count } }
 
@@ -59,7 +64,7 @@ public final class RecordingUpstream: Sendable {
         let store: Store
         let reply: String?
         var id = -1
-        var answered = false
+        var answered = 0
 
         init(store: Store, reply: String?) {
             self.store = store
@@ -79,12 +84,13 @@ public final class RecordingUpstream: Sendable {
         func channelRead(context: ChannelHandlerContext, data: NIOAny) {
             let buffer = unwrapInboundIn(data)
             let n = id
-            let seenHead = store.state.withLock { s -> Bool in
+            let heads = store.state.withLock { s -> Int in
                 s.connections[n, default: []] += Array(buffer.readableBytesView)
-                return String(decoding: s.connections[n]!, as: UTF8.self).contains("\r\n\r\n")
+                return String(decoding: s.connections[n]!, as: UTF8.self).components(separatedBy: "\r\n\r\n").count - 1
             }
-            if let reply, seenHead, !answered {
-                answered = true
+            guard let reply else { return }
+            while answered < heads {
+                answered += 1
                 context.writeAndFlush(wrapOutboundOut(ByteBuffer(string: reply)), promise: nil)
             }
         }

@@ -71,11 +71,23 @@ struct CacheKeyTests {
         #expect(k == "GET https://api.example.com/s?keep=a~b-c.d_e&name=Jos%C3%A9&q=hello%20world v=1")
     }
 
-    @Test("'+' in a query decodes to a space and re-encodes as %20; a literal %2B stays +")
-    func plusIsSpace() {
-        #expect(key(query: "q=a+b") == "GET https://api.example.com/api/items?q=a%20b v=1")
-        #expect(key(query: "q=a%20b") == key(query: "q=a+b"))
-        #expect(key(query: "q=a%2Bb") == "GET https://api.example.com/api/items?q=a%2Bb v=1")
+    @Test("the key normalises a query only where RFC 3986 calls forms equal: hex case, escaped unreserved characters")
+    func equivalentEscapesShareAKey() {
+        #expect(key(query: "q=%d6%d0") == key(query: "q=%D6%D0"))
+        #expect(key(query: "q=%41%7e") == key(query: "q=A~"))
+        #expect(key(query: "q=%41%7e") == "GET https://api.example.com/api/items?q=A~ v=1")
+        // Raw UTF-8 in a target is an IRI: it maps to its escapes.
+        #expect(key(query: "n=é") == key(query: "n=%C3%A9"))
+    }
+
+    @Test("'%FF' and '%FE', two GBK words, '+' and '%20', ':' and '%3A' keep separate keys")
+    func distinctBytesKeepSeparateKeys() {
+        #expect(key(query: "q=%FF") != key(query: "q=%FE"))
+        #expect(key(query: "q=%D6%D0%CE%C4") != key(query: "q=%D3%A2%CE%C4"))
+        #expect(key(query: "q=%D6%D0%CE%C4") == "GET https://api.example.com/api/items?q=%D6%D0%CE%C4 v=1")
+        #expect(key(query: "q=a+b") == "GET https://api.example.com/api/items?q=a+b v=1")
+        #expect(key(query: "q=a+b") != key(query: "q=a%20b"))
+        #expect(key(query: "t=a:b") != key(query: "t=a%3Ab"))
     }
 
     @Test("duplicate names are sorted by value: 'a=2&a=1' gives 'a=1&a=2'")

@@ -112,7 +112,7 @@ struct RequestSignerTests {
     @Test("POST form: the params go in the body, encoded in the string signed")
     func signPostForm() {
         var request = ProxyRequest(method: "POST", path: "/api/update",
-                                   body: .form([Param("name", "Jürgen X"), Param("token", "t0k")]))
+                                   body: .form([Param("name", "Jürgen X"), Param("token", "t0k")], original: []))
         let string = signer(secret: "s3cret").sign(&request, now: now, nonce: "abc")
         #expect(string == "name=J%C3%BCrgen%20X&nonce=abc&timestamp=1700000000&token=t0k")
         #expect(request.query.isEmpty)
@@ -127,7 +127,7 @@ struct RequestSignerTests {
         var request = ProxyRequest(method: "POST", path: "/api/items", body: RequestBody.parse(json, contentType: "application/json"))
         let string = signer(secret: "key").sign(&request, now: now, nonce: "n")
         #expect(string == "a=x&b=2&nonce=n&timestamp=1700000000")
-        guard case .json(let members, _) = request.body else {
+        guard case .json(let object) = request.body, case .object(let members)? = JSONValue.parse(object.bytes) else {
             Issue.record("body should still be JSON")
             return
         }
@@ -140,7 +140,7 @@ struct RequestSignerTests {
 
     @Test("POST: query params are signed together with the body params")
     func signPostWithQuery() {
-        var request = ProxyRequest(method: "POST", target: "/api/items?q=1", body: .form([Param("a", "2")]))
+        var request = ProxyRequest(method: "POST", target: "/api/items?q=1", body: .form([Param("a", "2")], original: []))
         let string = signer(timestampParam: nil, nonceParam: nil).sign(&request, now: now, nonce: "n")
         #expect(string == "a=2&q=1")
         #expect(request.body.value(of: "signature") == signer().signature(of: "a=2&q=1"))

@@ -45,7 +45,7 @@ struct TokenInjectorTests {
     @Test("body injection sets the field in a form body, replacing the client's value")
     func bodyForm() {
         var request = ProxyRequest(method: "POST", path: "/api/user/update",
-                                   body: .form([Param("nick", "ada"), Param("accessToken", "client")]))
+                                   body: .form([Param("nick", "ada"), Param("accessToken", "client")], original: []))
         TokenInjector(points: [.body(field: "accessToken")]).inject("tok", into: &request)
         #expect(request.body.value(of: "accessToken") == "tok")
         #expect(request.body.params.filter { $0.name == "accessToken" }.count == 1)
@@ -59,14 +59,15 @@ struct TokenInjectorTests {
         var request = ProxyRequest(method: "POST", path: "/api/user/update",
                                    body: jsonBody(#"{"nick":"ada","accessToken":"client","age":3}"#))
         TokenInjector(points: [.body(field: "accessToken")]).inject("tok", into: &request)
-        guard case .json(let members, _) = request.body else {
+        guard case .json(let object) = request.body, case .object(let members)? = JSONValue.parse(object.bytes) else {
             Issue.record("body should stay JSON")
             return
         }
         #expect(members["accessToken"] == "tok")
         #expect(members["nick"] == "ada")
         #expect(members["age"] == 3)
-        #expect(String(decoding: request.body.bytes, as: UTF8.self) == #"{"accessToken":"tok","age":3,"nick":"ada"}"#)
+        // Only the token's value changes.
+        #expect(String(decoding: request.body.bytes, as: UTF8.self) == #"{"nick":"ada","accessToken":"tok","age":3}"#)
     }
 
     @Test("body injection into an empty POST body creates a form body")
@@ -110,7 +111,7 @@ struct TokenInjectorTests {
         #expect(!injector.carriesToken(ProxyRequest(method: "GET", target: "/x?a=1")))
         #expect(injector.carriesToken(ProxyRequest(method: "GET", target: "/x?accessToken=1")))
         #expect(injector.carriesToken(ProxyRequest(method: "GET", path: "/x", headers: HTTPHeaders([("AUTHORIZATION", "x")]))))
-        #expect(injector.carriesToken(ProxyRequest(method: "POST", path: "/x", body: .form([Param("token", "t")]))))
+        #expect(injector.carriesToken(ProxyRequest(method: "POST", path: "/x", body: .form([Param("token", "t")], original: []))))
         #expect(injector.carriesToken(ProxyRequest(method: "POST", path: "/x", body: jsonBody(#"{"token":"t"}"#))))
         #expect(!injector.carriesToken(ProxyRequest(method: "POST", path: "/x", body: jsonBody(#"{"other":"t"}"#))))
     }

@@ -11,10 +11,10 @@ import Testing
 struct HostileInputTests {
     /// A rig whose `rec` upstream is a ``RecordingUpstream``; `/raw/**` streams to it
     /// (pass-through), `/buffered/**` is an envelope endpoint on it.
-    static func withRecordingRig(reply: String? = nil, extra: String = "", listenExtra: String = "",
+    static func withRecordingRig(reply: String? = nil, extra: String = "", listenExtra: String = "", endpointsOverride: String? = nil,
                                  _ body: (ConciergeTestRig, RecordingUpstream) async throws -> Void) async throws {
         let upstream = try await RecordingUpstream.start(reply: reply)
-        let endpoints = TestConfig.defaultEndpoints + """
+        let endpoints = endpointsOverride ?? TestConfig.defaultEndpoints + """
 
             - name: raw
               match: /raw/**

@@ -68,6 +68,11 @@ public struct ConciergeConfig: Sendable {
     public struct Common: Sendable {
         public var headers: HTTPHeaders
         public var params: [(name: String, value: String)]
+
+        public init(headers: HTTPHeaders, params: [(name: String, value: String)]) {
+            self.headers = headers
+            self.params = params
+        }
     }
 
     public struct Envelope: Sendable {

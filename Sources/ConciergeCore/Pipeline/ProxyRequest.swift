@@ -1,25 +1,54 @@
 import NIOHTTP1
 
-/// One name/value parameter, decoded (not percent-encoded).
+/// One name/value parameter, decoded (not percent-encoded), and, for a parameter the client
+/// sent, the pair exactly as it was written (`q=%D6%D0`): what is forwarded and what the cache
+/// key normalises, so bytes that are not UTF-8 (GBK, `%FF`) reach the upstream unchanged and
+/// keep separate entries. Changing either side drops the written form.
 public struct Param: Sendable, Hashable {
-    public var name: String
-    public var value: String
+    public var name: String { didSet { wire = nil } }
+    public var value: String { didSet { wire = nil } }
+    /// The pair as the client wrote it, while neither side changed.
+    public private(set) var wire: String?
 
     public init(_ name: String, _ value: String) {
         self.name = name
         self.value = value
     }
+
+    /// A parameter read from the client's text.
+    init(_ name: String, _ value: String, wire: String) {
+        self.name = name
+        self.value = value
+        self.wire = wire
+    }
+
+    /// Compares the decoded sides only (two GBK words both decode to U+FFFD: the written
+    /// forms tell them apart where it matters, in the forwarded text and the cache key).
+    public static func == (a: Param, b: Param) -> Bool { a.name == b.name && a.value == b.value }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(name)
+        hasher.combine(value)
+    }
+
+    /// The pair as it is forwarded: the client's own text, or RFC 3986 encoded.
+    public var encoded: String {
+        if let wire { return wire }
+        return QueryString.percentEncode(name) + "=" + QueryString.percentEncode(value)
+    }
 }
 
-/// What a request body holds, as far as parameters go.
+/// What a request body holds, as far as parameters go. Form and JSON bodies keep the client's
+/// bytes and are edited in place, so what Concierge does not add reaches the upstream as sent.
 public enum RequestBody: Sendable {
     /// No body.
     case empty
-    /// `application/x-www-form-urlencoded`.
-    case form([Param])
-    /// A JSON object at the top level.
-    case json([String: JSONValue], original: [UInt8])
-    /// Anything else, passed through untouched.
+    /// `application/x-www-form-urlencoded` in UTF-8: the pairs, and the bytes as received
+    /// (empty once a pair was replaced: the pairs are then joined again, each in its written form).
+    case form([Param], original: [UInt8])
+    /// A JSON object at the top level, as the client's text.
+    case json(JSONObjectText)
+    /// Anything else, passed through untouched: non-JSON or non-UTF-8 text included.
     case opaque([UInt8])
 
     /// Parses a buffered body according to its `Content-Type`.
@@ -27,10 +56,12 @@ public enum RequestBody: Sendable {
         guard !bytes.isEmpty else { return .empty }
         let type = contentType?.lowercased() ?? ""
         if type.hasPrefix("application/x-www-form-urlencoded") {
-            return .form(QueryString.parse(String(decoding: bytes, as: UTF8.self)))
+            // A form whose bytes are not UTF-8 cannot be read by name without loss: untouched.
+            guard let text = String(validating: bytes, as: UTF8.self) else { return .opaque(bytes) }
+            return .form(QueryString.parse(text), original: bytes)
         }
-        if type.hasPrefix("application/json") || type.contains("+json") {
-            if case .object(let members)? = JSONValue.parse(bytes) { return .json(members, original: bytes) }
+        if type.hasPrefix("application/json") || type.contains("+json"), let object = JSONObjectText(bytes) {
+            return .json(object)
         }
         return .opaque(bytes)
     }
@@ -39,37 +70,44 @@ public enum RequestBody: Sendable {
     public var params: [Param] {
         switch self {
         case .empty, .opaque: return []
-        case .form(let params): return params
-        case .json(let members, _): return members.map { Param($0.key, $0.value.parameterText) }
+        case .form(let params, _): return params
+        case .json(let object): return object.params
         }
     }
 
     public var bytes: [UInt8] {
         switch self {
         case .empty: return []
-        case .form(let params): return Array(QueryString.encode(params).utf8)
-        case .json(let members, let original):
-            return original.isEmpty ? JSONValue.object(members).serializedBytes : original
+        case .form(let params, let original): return original.isEmpty ? Array(QueryString.encode(params).utf8) : original
+        case .json(let object): return object.bytes
         case .opaque(let bytes): return bytes
         }
     }
 
-    /// Sets a parameter (replacing one of that name) in a form or JSON body.
+    /// Sets a parameter (replacing one of that name) in a form or JSON body: a new one is
+    /// appended to the client's text, a replaced one changes only its own value.
     /// - Returns: `false` for an opaque body, which cannot take parameters.
     @discardableResult
     public mutating func set(_ name: String, _ value: JSONValue, onlyIfAbsent: Bool = false) -> Bool {
         switch self {
         case .empty:
-            self = .form([Param(name, value.parameterText)])
-        case .form(var params):
-            if onlyIfAbsent, params.contains(where: { $0.name == name }) { return true }
-            params.removeAll { $0.name == name }
-            params.append(Param(name, value.parameterText))
-            self = .form(params)
-        case .json(var members, _):
-            if onlyIfAbsent, members[name] != nil { return true }
-            members[name] = value
-            self = .json(members, original: [])
+            self = .form([Param(name, value.parameterText)], original: [])
+        case .form(var params, var original):
+            let present = params.contains { $0.name == name }
+            if onlyIfAbsent, present { return true }
+            let param = Param(name, value.parameterText)
+            if present {
+                params.removeAll { $0.name == name }
+                original = []
+            } else if !original.isEmpty {
+                if original.last != UInt8(ascii: "&") { original.append(UInt8(ascii: "&")) }
+                original.append(contentsOf: param.encoded.utf8)
+            }
+            params.append(param)
+            self = .form(params, original: original)
+        case .json(var object):
+            object.set(name, value, onlyIfAbsent: onlyIfAbsent)
+            self = .json(object)
         case .opaque:
             return false
         }
@@ -78,8 +116,8 @@ public enum RequestBody: Sendable {
 
     public func value(of name: String) -> String? {
         switch self {
-        case .form(let params): return params.first { $0.name == name }?.value
-        case .json(let members, _): return members[name]?.parameterText
+        case .form(let params, _): return params.first { $0.name == name }?.value
+        case .json(let object): return object.value(of: name)?.parameterText
         default: return nil
         }
     }
@@ -98,7 +136,10 @@ public struct ProxyRequest: Sendable {
     public var method: String
     /// The path as received (still percent-encoded), without the query.
     public var path: String
-    public var query: [Param]
+    /// The query's parameters; changing them drops ``rawQuery``.
+    public var query: [Param] { didSet { rawQuery = nil } }
+    /// The query exactly as received, while no step changed a parameter.
+    public private(set) var rawQuery: Substring?
     public var headers: HTTPHeaders
     public var body: RequestBody
 
@@ -113,15 +154,18 @@ public struct ProxyRequest: Sendable {
     /// Splits a request target (`/api/items?limit=10`) into path and decoded query.
     public init(method: String, target: String, headers: HTTPHeaders = HTTPHeaders(), body: RequestBody = .empty) {
         if let q = target.utf8.firstIndex(of: UInt8(ascii: "?")) {
-            self.init(method: method, path: String(target[..<q]),
-                      query: QueryString.parse(String(target[target.utf8.index(after: q)...])), headers: headers, body: body)
+            let raw = target[target.utf8.index(after: q)...]
+            self.init(method: method, path: String(target[..<q]), query: QueryString.parse(String(raw)), headers: headers, body: body)
+            rawQuery = raw
         } else {
             self.init(method: method, path: target, headers: headers, body: body)
         }
     }
 
-    /// Path and re-encoded query as sent upstream.
+    /// Path and query as sent upstream: the client's query as received, or, once a step
+    /// changed it, its pairs in their written form with Concierge's own appended.
     public var target: String {
+        if let rawQuery { return path + "?" + rawQuery }
         guard !query.isEmpty else { return path }
         let encoded = QueryString.encode(query)
         var target = TextBuilder(capacity: path.utf8.count + 1 + encoded.utf8.count)

@@ -1,6 +1,7 @@
 /// RFC 3986 percent-encoding and `application/x-www-form-urlencoded` parsing.
 public enum QueryString {
-    /// Splits `a=1&b=x%20y` into decoded pairs (`+` is a space, as in forms).
+    /// Splits `a=1&b=x%20y` into decoded pairs (`+` is a space, as in forms), each keeping
+    /// its written form (``Param/wire``).
     public static func parse(_ text: String) -> [Param] {
         guard !text.isEmpty else { return [] }
         var text = text
@@ -16,10 +17,11 @@ public enum QueryString {
                     end += 1
                 }
                 if end > start {
+                    let wire = String(decoding: bytes[start..<end], as: UTF8.self)
                     if let eq {
-                        out.append(Param(decode(bytes[start..<eq]), decode(bytes[(eq + 1)..<end])))
+                        out.append(Param(decode(bytes[start..<eq]), decode(bytes[(eq + 1)..<end]), wire: wire))
                     } else {
-                        out.append(Param(decode(bytes[start..<end]), ""))
+                        out.append(Param(decode(bytes[start..<end]), "", wire: wire))
                     }
                 }
                 start = end + 1
@@ -36,9 +38,21 @@ public enum QueryString {
         return decode(String(decoding: piece, as: UTF8.self))
     }
 
-    /// Joins pairs as `k=v&k=v`, each side percent-encoded per RFC 3986, in the given order.
+    /// Joins pairs as `k=v&k=v` in the given order: each in the client's written form when it
+    /// has one, else each side percent-encoded per RFC 3986.
     public static func encode(_ params: [Param]) -> String {
-        joined(params.map { (percentEncode($0.name), percentEncode($0.value)) })
+        var out = TextBuilder(capacity: params.reduce(0) { $0 + ($1.wire?.utf8.count ?? $1.name.utf8.count + $1.value.utf8.count + 1) + 1 })
+        for (i, param) in params.enumerated() {
+            if i > 0 { out.append("&" as StaticString) }
+            if let wire = param.wire {
+                out.append(wire)
+            } else {
+                out.append(percentEncode(param.name))
+                out.append("=" as StaticString)
+                out.append(percentEncode(param.value))
+            }
+        }
+        return out.text
     }
 
     /// Percent-decodes, treating `+` as a space; malformed escapes are kept literally.
@@ -113,6 +127,52 @@ public enum QueryString {
             a.0 != b.0 ? a.0 < b.0 : a.1 < b.1
         }
         return joined(pairs)
+    }
+
+    /// The cache key's parameter string: pairs sorted as in ``canonical(_:)``, but each in its
+    /// written form normalised only where RFC 3986 §6.2.2 calls two forms equivalent
+    /// (``normalized(_:)``), so `%FF` and `%FE`, or two GBK words, stay apart.
+    public static func keyCanonical<S: Sequence>(_ params: S) -> String where S.Element == Param {
+        let pairs = params.map { param -> (String, String) in
+            guard let wire = param.wire else { return (percentEncode(param.name), percentEncode(param.value)) }
+            guard let eq = wire.utf8.firstIndex(of: UInt8(ascii: "=")) else { return (normalized(wire[...]), "") }
+            return (normalized(wire[..<eq]), normalized(wire[wire.utf8.index(after: eq)...]))
+        }.sorted { a, b in
+            a.0 != b.0 ? a.0 < b.0 : a.1 < b.1
+        }
+        return joined(pairs)
+    }
+
+    /// RFC 3986 §6.2.2 normalisation of written text: hex digits of escapes upper-cased,
+    /// escaped unreserved characters decoded, and bytes outside ASCII escaped (as an IRI maps
+    /// to a URI). Everything else, `+` and reserved characters included, stays as written.
+    static func normalized(_ text: Substring) -> String {
+        var needs = false
+        for b in text.utf8 where b == UInt8(ascii: "%") || b >= 0x80 { needs = true; break }
+        if !needs { return String(text) }
+        let utf8 = Array(text.utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(utf8.count + 8)
+        var i = 0
+        while i < utf8.count {
+            let b = utf8[i]
+            if b == UInt8(ascii: "%"), i + 2 < utf8.count, let h = hex(utf8[i + 1]), let l = hex(utf8[i + 2]) {
+                let decoded = h << 4 | l
+                if isUnreserved(decoded) {
+                    out.append(decoded)
+                } else {
+                    out.append(contentsOf: [UInt8(ascii: "%"), hexDigits[Int(h)], hexDigits[Int(l)]])
+                }
+                i += 3
+            } else if b >= 0x80 {
+                out.append(contentsOf: [UInt8(ascii: "%"), hexDigits[Int(b >> 4)], hexDigits[Int(b & 0x0F)]])
+                i += 1
+            } else {
+                out.append(b)
+                i += 1
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
     }
 
     /// Encoded pairs as `k=v&k=v`.
