@@ -36,11 +36,14 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"),
             ]
         ),
+        // PCRE2 (Debian: libpcre2-dev): invalidation patterns with match, depth and heap limits.
+        .systemLibrary(name: "CPCRE2", path: "Sources/CPCRE2", pkgConfig: "libpcre2-8", providers: [.apt(["libpcre2-dev"])]),
         /// SQLite (GRDB) cache and session stores, and the in-memory hot tier.
         .target(
             name: "ConciergeStorage",
             dependencies: [
                 "ConciergeCore",
+                "CPCRE2",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "NIOCore", package: "swift-nio"),

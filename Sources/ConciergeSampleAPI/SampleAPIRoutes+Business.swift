@@ -32,6 +32,19 @@ extension SampleAPIRoutes {
         return SampleReply.success(["slept": .int(Int64(milliseconds))])
     }
 
+    /// `GET /api/gate?n=N`: answers once N requests have reached the gate (since the API
+    /// started), or after 5 s, saying which: a batch whose sub-requests run concurrently gets
+    /// `gathered: true` for each, one that runs them one after another cannot.
+    func gate(_ request: Request) async throws -> Response {
+        let wanted = min(max(Self.queryInt("n", of: request) ?? 2, 1), 1_000)
+        _ = state.arriveAtGate()
+        let limit = ContinuousClock.now + .seconds(5)
+        while state.gateCount < wanted, ContinuousClock.now < limit {
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        return SampleReply.success(["gathered": .bool(state.gateCount >= wanted)])
+    }
+
     func fail(_ request: Request) -> Response {
         let code = Self.queryInt("status", of: request).flatMap { (200...599).contains($0) ? $0 : nil } ?? 500
         return SampleReply.json(["code": -1, "msg": "upstream failure"], status: HTTPResponse.Status(code: code))

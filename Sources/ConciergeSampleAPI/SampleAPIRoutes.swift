@@ -58,6 +58,7 @@ struct SampleAPIRoutes: Sendable {
         router.post("/api/items") { request, _ in try await self.items(request) }
         router.get("/api/items/{id}") { _, context in self.item(id: context.parameters.get("id")) }
         router.get("/api/slow") { request, _ in try await self.slow(request) }
+        router.get("/api/gate") { request, _ in try await self.gate(request) }
         router.get("/api/fail") { request, _ in self.fail(request) }
         router.get("/api/business-error") { _, _ in SampleReply.envelope(code: 1002, msg: "business failure") }
         router.get("/api/nonjson") { _, _ in SampleReply.text("this is not json") }

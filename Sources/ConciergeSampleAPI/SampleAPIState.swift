@@ -39,6 +39,14 @@ public final class SampleAPIState: Sendable {
 
     public init() {}
 
+    /// Requests that reached `GET /api/gate`, which answers once this many have (see ``SampleAPIRoutes/gate(_:)``).
+    private let gateArrivals = Mutex(0)
+
+    /// One more request at the gate; how many have arrived.
+    func arriveAtGate() -> Int { gateArrivals.withLock { $0 += 1; return $0 } }
+
+    var gateCount: Int { gateArrivals.withLock { $0 } }
+
     // MARK: Inspection
 
     /// Number of requests whose path equals `path` (any method).

@@ -72,7 +72,9 @@ public enum InvalidationCriteria: Sendable {
         case sharedAnd(String)
     }
 
-    func matches(_ entry: CacheEntry, regex: KeyMatcher?) -> Bool {
+    /// Whether the entry is selected; a pattern is matched by ``KeyPattern`` scans instead
+    /// (``CacheStore/invalidate(_:)``), never here.
+    func matches(_ entry: CacheEntry) -> Bool {
         switch self {
         case .all: return true
         case .user(let user): return entry.userID == user
@@ -84,8 +86,7 @@ public enum InvalidationCriteria: Sendable {
             case .sharedAnd(let user): return entry.userID == nil || entry.userID == user
             }
         case .pattern:
-            guard let regex else { return false }
-            return regex.matches(entry.key)
+            return false
         }
     }
 }

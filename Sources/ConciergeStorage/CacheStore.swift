@@ -80,10 +80,14 @@ public final class CacheStore: Sendable {
     public var byteCount: Int { reader.index.totals.bytes }
 
     /// A page of entries ordered by key, after `cursor` (exclusive), once what is queued is committed.
-    public func entries(pattern: RegexBox?, limit: Int, cursor: String?) async throws -> (entries: [EntrySummary], next: String?) {
+    /// - Throws: ``KeyPatternError`` when the pattern exceeds a limit or ``patternScanLimit``.
+    public func entries(pattern: KeyPattern?, limit: Int, cursor: String?) async throws -> (entries: [EntrySummary], next: String?) {
         await flush()
-        return try await reader.entries(pattern: pattern, limit: limit, cursor: cursor)
+        return try await reader.entries(pattern: pattern, limit: limit, cursor: cursor, until: .now + Self.patternScanLimit)
     }
+
+    /// How long one pattern scan (an invalidation or a page of entries) may take.
+    public static let patternScanLimit = Duration.seconds(10)
 
     // MARK: Writes
 
@@ -118,12 +122,27 @@ public final class CacheStore: Sendable {
     }
 
     /// Removes matching entries from both tiers; returns how many distinct entries went.
+    /// - Throws: ``KeyPatternError`` for a pattern that is invalid, exceeds a limit on some key
+    ///   or ``patternScanLimit``: nothing is removed then.
     public func invalidate(_ criteria: InvalidationCriteria) async throws -> Int {
-        let regex: KeyMatcher?
-        if case .pattern(let source) = criteria { regex = try KeyMatcher(source) } else { regex = nil }
-        hot.remove(where: criteria, regex: regex)
+        if case .pattern(let source) = criteria { return try await invalidate(matching: KeyPattern(source)) }
+        hot.remove(where: criteria)
         return try await withCheckedThrowingContinuation { continuation in
-            writer.enqueue(.invalidate(criteria, regex, continuation))
+            writer.enqueue(.invalidate(criteria, continuation))
+        }
+    }
+
+    /// Pattern invalidation, matched off the writer: what is queued is committed first (it is
+    /// older than this call), then the keys are scanned in slices through the read pool and
+    /// the hot tier, and the writer deletes the rows found. The writer, hits, `/health` and
+    /// shutdown never wait for the scan; a scan that exceeds a limit removes nothing.
+    public func invalidate(matching pattern: KeyPattern, within limit: Duration = patternScanLimit) async throws -> Int {
+        await flush()
+        let deadline = ContinuousClock.now + limit
+        let matched = try await reader.rows(matching: pattern, until: deadline)
+        try hot.removeKeys(matching: pattern, until: deadline)
+        return try await withCheckedThrowingContinuation { continuation in
+            writer.enqueue(.deleteMatched(matched, continuation))
         }
     }
 

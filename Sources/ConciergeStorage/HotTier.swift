@@ -125,17 +125,36 @@ public final class HotTier: Sendable {
         }
     }
 
-    /// Removes matching entries; returns their keys.
+    /// Removes the entries the criteria select (a pattern selects none here: see
+    /// ``removeKeys(matching:until:)``); returns their keys.
     @discardableResult
-    public func remove(where criteria: InvalidationCriteria, regex: KeyMatcher?) -> [String] {
-        // Collect under the lock, match outside it so a slow regex does not stall hits.
+    public func remove(where criteria: InvalidationCriteria) -> [String] {
         let snapshot: [CacheEntry] = state.withLock { s in s.nodes.compactMap { $0?.entry } }
-        let keys = snapshot.filter { criteria.matches($0, regex: regex) }.map(\.key)
-        guard !keys.isEmpty else { return [] }
+        let keys = snapshot.filter { criteria.matches($0) }.map(\.key)
+        remove(keys: keys)
+        return keys
+    }
+
+    /// Removes the entries whose key the pattern matches. The keys are copied under the lock
+    /// and matched outside it, so a pattern never stalls a hit.
+    /// - Throws: ``KeyPatternError`` when a match exceeds a limit or `deadline` passes;
+    ///   nothing is removed then.
+    public func removeKeys(matching pattern: KeyPattern, until deadline: ContinuousClock.Instant) throws(KeyPatternError) {
+        let keys: [String] = state.withLock { s in Array(s.index.keys) }
+        let matcher = pattern.matcher()
+        var matched: [String] = []
+        for (n, key) in keys.enumerated() {
+            if n % 256 == 0, ContinuousClock.now >= deadline { throw .deadlineExceeded(CacheStore.patternScanLimit, keysScanned: n) }
+            if try matcher.matches(key) { matched.append(key) }
+        }
+        remove(keys: matched)
+    }
+
+    public func remove(keys: [String]) {
+        guard !keys.isEmpty else { return }
         state.withLock { s in
             for key in keys { if let i = s.index[key] { s.remove(i) } }
         }
-        return keys
     }
 
     /// Removes every entry the predicate selects.

@@ -420,13 +420,13 @@ struct CacheStoreTests {
         let store = fixture.store
         try await seed(fixture)
         for i in 0..<30 { store.store(makeEntry(key: "\(Self.base)/api/items?page=\(String(format: "%02d", i + 10)) v=1")) }
-        let pattern = try RegexBox("user=")
+        let pattern = try KeyPattern("user=")
         let users = try await bounded("entries") { try await store.entries(pattern: pattern, limit: 10, cursor: nil) }
         #expect(Set(users.entries.map(\.key)) == Set(Self.seedEntries.filter { $0.user != nil }.map(\.key)))
         #expect(users.next == nil)
         #expect(users.entries.first { $0.key.contains("orders") }?.userID == "2")
 
-        let tens = try RegexBox("page=1[0-9] ")
+        let tens = try KeyPattern("page=1[0-9] ")
         let a = try await bounded("entries") { try await store.entries(pattern: tens, limit: 6, cursor: nil) }
         #expect(a.entries.count == 6)
         let b = try await bounded("entries") { try await store.entries(pattern: tens, limit: 6, cursor: a.next) }

@@ -123,15 +123,15 @@ struct HotTierTests {
     @Test("remove(where: .endpoints) honours everyone / sharedOnly / sharedAnd(user)")
     func removeByEndpoint() {
         var hot = seeded()
-        #expect(hot.remove(where: .endpoints(["userInfo"], scope: .everyone), regex: nil).count == 2)
+        #expect(hot.remove(where: .endpoints(["userInfo"], scope: .everyone)).count == 2)
         #expect(hot.count == 3)
 
         hot = seeded()
-        let shared = hot.remove(where: .endpoints(["itemList", "userInfo"], scope: .sharedOnly), regex: nil)
+        let shared = hot.remove(where: .endpoints(["itemList", "userInfo"], scope: .sharedOnly))
         #expect(Set(shared) == ["GET https://api.example.com/api/items?page=1 v=1", "GET https://api.example.com/api/items?page=2 v=1"])
 
         hot = seeded()
-        let mine = hot.remove(where: .endpoints(["itemList", "userInfo"], scope: .sharedAnd("1")), regex: nil)
+        let mine = hot.remove(where: .endpoints(["itemList", "userInfo"], scope: .sharedAnd("1")))
         #expect(mine.count == 4)
         #expect(hot.count == 1)
         #expect(hot.get("GET https://api.example.com/api/user/info user=2 v=1") != nil)
@@ -140,30 +140,30 @@ struct HotTierTests {
     @Test("remove(where: .user) drops only that user's entries")
     func removeByUser() {
         let hot = seeded()
-        let removed = hot.remove(where: .user("1"), regex: nil)
+        let removed = hot.remove(where: .user("1"))
         #expect(Set(removed) == ["GET https://api.example.com/api/items?page=1 user=1 v=1",
                                  "GET https://api.example.com/api/user/info user=1 v=1"])
         #expect(hot.count == 3)
     }
 
-    @Test("remove(where: .pattern) runs the regex as an unanchored search over keys")
+    @Test("removeKeys(matching:) runs the pattern as an unanchored search over keys")
     func removeByPattern() throws {
         let hot = seeded()
-        let regex = try KeyMatcher("page=1")
-        let removed = hot.remove(where: .pattern("page=1"), regex: regex)
-        #expect(removed.count == 2)
+        let before = hot.count
+        try hot.removeKeys(matching: KeyPattern("page=1"), until: .now + .seconds(10))
+        #expect(hot.count == before - 2)
         #expect(hot.get("GET https://api.example.com/api/items?page=2 v=1") != nil)
         let remaining = ["GET https://api.example.com/api/items?page=2 v=1", "GET https://api.example.com/api/user/info user=1 v=1",
                          "GET https://api.example.com/api/user/info user=2 v=1"]
         #expect(hot.bytes == remaining.reduce(0) { $0 + makeEntry(key: $1).size })
-        // A pattern without a compiled regex removes nothing.
-        #expect(hot.remove(where: .pattern("x"), regex: nil).isEmpty)
+        // Criteria never match a pattern: patterns go through removeKeys(matching:).
+        #expect(hot.remove(where: .pattern("page")).isEmpty)
     }
 
     @Test("remove(where: .all) and removeAll empty the tier")
     func removeAll() {
         let hot = seeded()
-        #expect(hot.remove(where: .all, regex: nil).count == 5)
+        #expect(hot.remove(where: .all).count == 5)
         #expect(hot.count == 0)
         #expect(hot.bytes == 0)
         let other = seeded()

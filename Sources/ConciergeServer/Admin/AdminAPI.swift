@@ -57,9 +57,10 @@ struct AdminAPI: Sendable {
         }
         let criteria: InvalidationCriteria
         let by: String
-        if case .string(let pattern)? = fields["pattern"] {
-            do { _ = try RegexBox(pattern) } catch { return json(["error": .string("invalid regex: \(Self.describe(error))")], status: .badRequest) }
-            criteria = .pattern(pattern)
+        var pattern: KeyPattern?
+        if case .string(let source)? = fields["pattern"] {
+            do { pattern = try KeyPattern(source) } catch { return Self.refusal(error) }
+            criteria = .pattern(source)
             by = "pattern"
         } else if case .string(let endpoint)? = fields["endpoint"] {
             guard control.runtime.current.settings.endpoint(named: endpoint) != nil else {
@@ -73,7 +74,16 @@ struct AdminAPI: Sendable {
         } else {
             return error(.badRequest, "give exactly one of {\"pattern\": REGEX}, {\"endpoint\": NAME} or {\"all\": true}")
         }
-        let removed = try await control.cache.invalidate(criteria)
+        let removed: Int
+        do {
+            if let pattern {
+                removed = try await control.cache.invalidate(matching: pattern)
+            } else {
+                removed = try await control.cache.invalidate(criteria)
+            }
+        } catch let refused as KeyPatternError {
+            return Self.refusal(refused)
+        }
         control.stats.increment(.invalidations)
         control.events.publish("cache.invalidated", ["by": .string(by), "removed": .int(Int64(removed))])
         control.logger.info("cache invalidated", metadata: ["by": "\(by)", "removed": "\(removed)"])
@@ -82,9 +92,9 @@ struct AdminAPI: Sendable {
 
     func entries(_ request: Request) async throws -> Response {
         let query = request.uri.queryParameters
-        var pattern: RegexBox? = nil
+        var pattern: KeyPattern? = nil
         if let p = query.get("pattern"), !p.isEmpty {
-            do { pattern = try RegexBox(p) } catch { return json(["error": .string("invalid regex: \(Self.describe(error))")], status: .badRequest) }
+            do { pattern = try KeyPattern(p) } catch { return Self.refusal(error) }
         }
         var limit = 100
         if let l = query.get("limit") {
@@ -92,7 +102,12 @@ struct AdminAPI: Sendable {
             limit = v
         }
         let cursor = query.get("cursor").flatMap { $0.isEmpty ? nil : $0 }
-        let page = try await control.cache.entries(pattern: pattern, limit: limit, cursor: cursor)
+        let page: (entries: [CacheStore.EntrySummary], next: String?)
+        do {
+            page = try await control.cache.entries(pattern: pattern, limit: limit, cursor: cursor)
+        } catch let refused as KeyPatternError {
+            return Self.refusal(refused)
+        }
         let entries: [JSONValue] = page.entries.map { e in
             ["key": .string(e.key), "endpoint": .string(e.endpoint), "user": e.userID.map(JSONValue.string) ?? .null,
              "size": .int(Int64(e.size)), "age": .int(Int64(e.age)), "ttl": .int(Int64(e.ttl))]
@@ -146,11 +161,13 @@ struct AdminAPI: Sendable {
         }
     }
 
-    static func describe(_ error: any Error) -> String {
-        if let compile = error as? RegexBox.CompileError { return compile.message }
-        let ns = error as NSError
-        if let reason = ns.userInfo["NSInvalidValue"] { return "\(reason) \(ns.localizedDescription)" }
-        return ns.localizedDescription
+    /// A pattern refused: `400` with PCRE2's message when it does not compile, `422` naming
+    /// the limit a match or the scan exceeded.
+    static func refusal(_ error: KeyPatternError) -> Response {
+        switch error {
+        case .invalid(let message): return json(["error": .string("invalid regex: \(message)")], status: .badRequest)
+        case .limitExceeded, .deadlineExceeded: return json(["error": .string(error.description)], status: .unprocessableContent)
+        }
     }
 }
 

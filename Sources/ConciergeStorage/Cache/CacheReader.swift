@@ -1,6 +1,7 @@
 import ConciergeCore
 import Foundation
 import GRDB
+import GRDBSQLite
 import Logging
 import NIOCore
 import NIOHTTP1
@@ -86,37 +87,97 @@ final class CacheReader: Sendable {
                           staleWhileRevalidate: row["swr"], staleIfError: row["sie"], version: row["version"])
     }
 
-    /// A page of entries ordered by key, after `cursor` (exclusive); committed rows only.
-    func entries(pattern: RegexBox?, limit: Int, cursor: String?) async throws -> (entries: [CacheStore.EntrySummary], next: String?) {
+    /// A page of entries ordered by key, after `cursor` (exclusive); committed rows only. With a
+    /// pattern, rows are read in slices of ``scanSliceRows``, each its own read, until the page
+    /// is full, the keys end or `deadline` passes.
+    func entries(pattern: KeyPattern?, limit: Int, cursor: String?,
+                 until deadline: ContinuousClock.Instant) async throws -> (entries: [CacheStore.EntrySummary], next: String?) {
         let now = clock.now
-        let began = index.beginRead()
-        defer { index.endRead(began) }
-        return try await database.pool.read { db in
-            var result: [CacheStore.EntrySummary] = []
-            let statement = try db.cachedStatement(sql: """
-                SELECT rowid, key, endpoint, user_id, size, stored_at, ttl FROM cache_entry WHERE key > ? ORDER BY key LIMIT ?
-                """)
-            var after = cursor ?? ""
-            while result.count <= limit {
-                let rows = try Row.fetchAll(statement, arguments: [after, 1000])
-                if rows.isEmpty { break }
-                for row in rows {
-                    let key: String = row["key"]
-                    after = key
-                    if let pattern, !pattern.firstMatch(in: key) { continue }
-                    if self.index.isDoomed(row["rowid"]) { continue }
-                    let storedAt: Double = row["stored_at"], ttl: Double = row["ttl"]
-                    result.append(CacheStore.EntrySummary(key: key, endpoint: row["endpoint"], userID: row["user_id"], size: row["size"],
-                                                          age: max(0, Int(now - storedAt)), ttl: Int((storedAt + ttl - now).rounded(.down))))
-                    if result.count > limit { break }
-                }
+        let matcher = pattern?.matcher()
+        var result: [CacheStore.EntrySummary] = []
+        var after = cursor ?? ""
+        var scanned = 0
+        while result.count <= limit {
+            if ContinuousClock.now >= deadline { throw KeyPatternError.deadlineExceeded(CacheStore.patternScanLimit, keysScanned: scanned) }
+            let began = index.beginRead()
+            defer { index.endRead(began) }
+            let from = after
+            let rows = try await database.pool.read { db in
+                try Row.fetchAll(db, sql: """
+                    SELECT rowid, key, endpoint, user_id, size, stored_at, ttl FROM cache_entry WHERE key > ? ORDER BY key LIMIT ?
+                    """, arguments: [from, Self.scanSliceRows])
             }
-            if result.count > limit {
-                result.removeLast()
-                return (result, result.last?.key)
+            if rows.isEmpty { break }
+            for row in rows {
+                let key: String = row["key"]
+                after = key
+                scanned += 1
+                if let matcher, try !matcher.matches(key) { continue }
+                if index.isDoomed(row["rowid"]) { continue }
+                let storedAt: Double = row["stored_at"], ttl: Double = row["ttl"]
+                result.append(CacheStore.EntrySummary(key: key, endpoint: row["endpoint"], userID: row["user_id"], size: row["size"],
+                                                      age: max(0, Int(now - storedAt)), ttl: Int((storedAt + ttl - now).rounded(.down))))
+                if result.count > limit { break }
             }
-            return (result, nil)
         }
+        if result.count > limit {
+            result.removeLast()
+            return (result, result.last?.key)
+        }
+        return (result, nil)
+    }
+
+    /// How many rows one read of a pattern scan takes: the writer and other readers run
+    /// between slices (SQLite's WAL lets them run during one too).
+    static let scanSliceRows = 2_000
+
+    /// The rows whose key the pattern matches, read in slices by rowid, off the writer; the
+    /// keys are matched on the reader's thread straight from SQLite's buffers.
+    /// - Throws: ``KeyPatternError`` when a match exceeds a limit or `deadline` passes.
+    func rows(matching pattern: KeyPattern, until deadline: ContinuousClock.Instant) async throws -> CacheWriter.MatchedRows {
+        var matched = CacheWriter.MatchedRows(rows: [], keys: [])
+        var after: Int64 = 0
+        var scanned = 0
+        while true {
+            try Task.checkCancellation()
+            if ContinuousClock.now >= deadline { throw KeyPatternError.deadlineExceeded(CacheStore.patternScanLimit, keysScanned: scanned) }
+            let from = after
+            let slice = try await database.pool.read { db in try Self.matchSlice(db, pattern, after: from, deadline: deadline) }
+            scanned += slice.scanned
+            matched.rows += slice.matched.rows
+            matched.keys += slice.matched.keys
+            guard let last = slice.lastRowid else { return matched }
+            after = last
+        }
+    }
+
+    private static func matchSlice(_ db: Database, _ pattern: KeyPattern, after: Int64, deadline: ContinuousClock.Instant) throws
+        -> (matched: CacheWriter.MatchedRows, lastRowid: Int64?, scanned: Int) {
+        let statement = try db.cachedStatement(sql: "SELECT rowid, key, size FROM cache_entry WHERE rowid > ? ORDER BY rowid LIMIT ?")
+        let raw = statement.sqliteStatement
+        sqlite3_reset(raw)
+        defer { sqlite3_reset(raw) }
+        sqlite3_bind_int64(raw, 1, after)
+        sqlite3_bind_int64(raw, 2, Int64(scanSliceRows))
+        let matcher = pattern.matcher()
+        var matched = CacheWriter.MatchedRows(rows: [], keys: [])
+        var last: Int64?
+        var scanned = 0
+        while true {
+            let rc = sqlite3_step(raw)
+            if rc == SQLITE_DONE { break }
+            guard rc == SQLITE_ROW else { throw DatabaseError(resultCode: ResultCode(rawValue: rc), message: "pattern scan failed") }
+            let rowid = sqlite3_column_int64(raw, 0)
+            last = rowid
+            scanned += 1
+            if scanned % 256 == 0, ContinuousClock.now >= deadline { throw KeyPatternError.deadlineExceeded(CacheStore.patternScanLimit, keysScanned: scanned) }
+            guard let text = sqlite3_column_text(raw, 1) else { continue }
+            let key = UnsafeRawBufferPointer(start: text, count: Int(sqlite3_column_bytes(raw, 1)))
+            guard try matcher.matches(key) else { continue }
+            matched.rows.append(KeyIndex.Row(rowid: rowid, hash: KeyHash.of(key), size: Int(sqlite3_column_int64(raw, 2))))
+            matched.keys.append(String(decoding: key, as: UTF8.self))
+        }
+        return (matched, last, scanned)
     }
 }
 

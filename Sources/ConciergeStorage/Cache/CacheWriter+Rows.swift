@@ -89,7 +89,7 @@ extension CacheWriter {
         return before - index.totals.entries
     }
 
-    func delete(_ criteria: InvalidationCriteria, _ regex: KeyMatcher?, in db: Database, now: Double) throws -> Int {
+    func delete(_ criteria: InvalidationCriteria, in db: Database, now: Double) throws -> Int {
         switch criteria {
         case .all:
             let before = index.totals.entries
@@ -111,31 +111,30 @@ extension CacheWriter {
                 return try deleteRows(db, where: "endpoint IN (\(marks)) AND (user_id IS NULL OR user_id = ?)", arguments)
             }
         case .pattern:
-            guard let regex else { return 0 }
-            return try deleteMatching(db, regex, now: now)
+            // Matched off the writer, then deleted as ``Work/deleteMatched(_:_:)``.
+            return 0
         }
     }
 
-    /// Pattern invalidation: one pass over the key index straight from SQLite's buffers (no
-    /// string per key). Up to ``inlineDeleteLimit`` matches are deleted at once; more are
-    /// doomed (unservable and counted out now) and deleted in slices by later work.
-    func deleteMatching(_ db: Database, _ regex: KeyMatcher, now: Double) throws -> Int {
+    /// Pattern invalidation, once a scan off the writer found the rows: those still holding the
+    /// key they were matched under (a point read each, straight from SQLite's buffers) go. Up to
+    /// ``inlineDeleteLimit`` are deleted at once; more are doomed (unservable and counted out
+    /// now) and deleted in slices by later work.
+    func deleteMatched(_ candidates: [KeyIndex.Row], in db: Database, now: Double) throws -> Int {
+        let check = try db.cachedStatement(sql: "SELECT key, size FROM cache_entry WHERE rowid = ?")
+        let raw = check.sqliteStatement
         var matched: [KeyIndex.Row] = []
-        let scan = try db.makeStatement(sql: "SELECT rowid, key, size FROM cache_entry")
-        let raw = scan.sqliteStatement
-        defer { sqlite3_reset(raw) }
-        while true {
+        for candidate in candidates where !index.isDoomed(candidate.rowid) {
+            sqlite3_reset(raw)
+            sqlite3_bind_int64(raw, 1, candidate.rowid)
             let rc = sqlite3_step(raw)
-            if rc == SQLITE_DONE { break }
-            guard rc == SQLITE_ROW else { throw DatabaseError(resultCode: ResultCode(rawValue: rc), message: "scan failed") }
-            guard let text = sqlite3_column_text(raw, 1) else { continue }
-            let matches = text.withMemoryRebound(to: CChar.self, capacity: 1) { regex.matches(cString: $0) }
-            if matches, !index.isDoomed(sqlite3_column_int64(raw, 0)) {
-                let bytes = UnsafeRawBufferPointer(start: text, count: Int(sqlite3_column_bytes(raw, 1)))
-                matched.append(KeyIndex.Row(rowid: sqlite3_column_int64(raw, 0), hash: KeyHash.of(bytes),
-                                            size: Int(sqlite3_column_int64(raw, 2))))
-            }
+            if rc == SQLITE_DONE { continue }  // deleted since the scan
+            guard rc == SQLITE_ROW else { throw DatabaseError(resultCode: ResultCode(rawValue: rc), message: "row check failed") }
+            guard let text = sqlite3_column_text(raw, 0),
+                  KeyHash.of(UnsafeRawBufferPointer(start: text, count: Int(sqlite3_column_bytes(raw, 0)))) == candidate.hash else { continue }
+            matched.append(KeyIndex.Row(rowid: candidate.rowid, hash: candidate.hash, size: Int(sqlite3_column_int64(raw, 1))))
         }
+        sqlite3_reset(raw)
         guard !matched.isEmpty else { return 0 }
         if matched.count <= Self.inlineDeleteLimit {
             let delete = try db.cachedStatement(sql: "DELETE FROM cache_entry WHERE rowid = ?")

@@ -16,7 +16,9 @@ import Synchronization
 final class CacheWriter: Sendable {
     enum Work: Sendable {
         case put(CacheEntry)
-        case invalidate(InvalidationCriteria, KeyMatcher?, CheckedContinuation<Int, any Error>)
+        case invalidate(InvalidationCriteria, CheckedContinuation<Int, any Error>)
+        /// The rows a pattern matched, found by a scan off the writer (``CacheReader/rows(matching:until:)``).
+        case deleteMatched(MatchedRows, CheckedContinuation<Int, any Error>)
         case sweep([String: Int], CheckedContinuation<Int, Never>)
         /// One slice of deleting rows a large invalidation doomed; the rest is queued after it.
         case deleteDoomed(DoomedRows)
@@ -31,6 +33,12 @@ final class CacheWriter: Sendable {
         /// A row stored again after this instant is kept (an upsert gives it a new `stored_at`).
         var storedUpTo: Double
         static let sliceRows = 2000
+    }
+
+    /// Rows a pattern scan matched: the writer deletes those still there under the same key.
+    struct MatchedRows: Sendable {
+        var rows: [KeyIndex.Row]
+        var keys: [String]
     }
 
     /// The read side, whose database, hot tier, key index, access log and clock the writer shares.
@@ -195,12 +203,16 @@ final class CacheWriter: Sendable {
 
     /// Answers the callers of a committed (or failed) batch and queues what follows from it.
     private func finishAfterCommit(_ batch: [Work], _ results: [Result<Int, any Error>], now: Double) {
-        var removed: [(InvalidationCriteria, KeyMatcher?)] = []
+        var removed: [InvalidationCriteria] = []
+        var removedKeys: [String] = []
         for (work, result) in zip(batch, results) {
             switch work {
             case .put: break
-            case .invalidate(let criteria, let regex, let continuation):
-                removed.append((criteria, regex))
+            case .invalidate(let criteria, let continuation):
+                removed.append(criteria)
+                continuation.resume(with: result)
+            case .deleteMatched(let matched, let continuation):
+                removedKeys += matched.keys
                 continuation.resume(with: result)
             case .sweep(let versions, let continuation):
                 reader.hot.removeAll { entry in entry.usableUntil <= now || versions[entry.endpoint].map { $0 != entry.version } ?? true }
@@ -214,7 +226,8 @@ final class CacheWriter: Sendable {
             }
         }
         // A reader may have promoted a row between the first hot-tier removal and the delete.
-        for (criteria, regex) in removed { reader.hot.remove(where: criteria, regex: regex) }
+        for criteria in removed { reader.hot.remove(where: criteria) }
+        reader.hot.remove(keys: removedKeys)
     }
 
     /// One work item inside the batch's transaction; the count of entries it removed.
@@ -223,8 +236,10 @@ final class CacheWriter: Sendable {
         case .put(let entry):
             try put(entry, in: db, now: now)
             return 0
-        case .invalidate(let criteria, let regex, _):
-            return try delete(criteria, regex, in: db, now: now)
+        case .invalidate(let criteria, _):
+            return try delete(criteria, in: db, now: now)
+        case .deleteMatched(let matched, _):
+            return try deleteMatched(matched.rows, in: db, now: now)
         case .sweep(let versions, _):
             return try sweep(db, versions: versions, now: now)
         case .deleteDoomed(let rows):
