@@ -22,6 +22,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
         .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.1"),
         .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
+        .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
     ],
     targets: [
         /// Pure logic: config schema and validation, endpoint matching, cache keys,
@@ -38,7 +39,8 @@ let package = Package(
         ),
         // PCRE2 (Debian: libpcre2-dev): invalidation patterns with match, depth and heap limits.
         .systemLibrary(name: "CPCRE2", path: "Sources/CPCRE2", pkgConfig: "libpcre2-8", providers: [.apt(["libpcre2-dev"])]),
-        /// SQLite (GRDB) cache and session stores, and the in-memory hot tier.
+        /// SQLite (GRDB) cache and session stores, the in-memory hot tier, and the fleet's
+        /// PostgreSQL (postgres-nio).
         .target(
             name: "ConciergeStorage",
             dependencies: [
@@ -48,6 +50,8 @@ let package = Package(
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

@@ -20,6 +20,8 @@ public struct ConciergeConfig: Sendable {
     public var limits: Limits
     public var signing: SigningConfig?
     public var hooks: [Hook]
+    /// `fleet`: several daemons through PostgreSQL; `nil` without the section.
+    public var fleet: Fleet? = nil
     /// Values that `${VAR}` expansions took from the environment (4 characters or more):
     /// masked in every log line like tokens.
     public var secretValues: [String] = []

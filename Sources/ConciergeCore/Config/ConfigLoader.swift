@@ -97,7 +97,7 @@ public enum ConfigLoader {
     // MARK: - Schema
 
     static let topKeys = ["listen", "admin", "storage", "upstreams", "environment", "common", "envelope", "session",
-                          "cache", "endpoints", "log", "limits", "signing", "hooks"]
+                          "cache", "endpoints", "log", "limits", "signing", "hooks", "fleet"]
 
     /// The whole schema, one section per top-level key, in the order their errors are reported.
     static func build(_ root: Node, _ r: YAMLReader, environment: [String: String]) -> ConciergeConfig? {
@@ -119,10 +119,11 @@ public enum ConfigLoader {
         let log = logSection(top["log"], r)
         let limits = limitsSection(top["limits"], r)
         let hooks = hooksSection(top["hooks"], r)
+        let fleet = fleetSection(top["fleet"], r)
         guard !upstreams.isEmpty else { return nil }
         return ConciergeConfig(listen: listen, admin: admin, storage: storage, upstreams: upstreams, environment: environmentName,
                                common: common, envelope: envelope, session: session, cache: cache, endpoints: endpoints,
-                               log: log, limits: limits, signing: signing, hooks: hooks)
+                               log: log, limits: limits, signing: signing, hooks: hooks, fleet: fleet)
     }
 
     /// `session`: where the token goes, how it is captured and renewed.

@@ -31,6 +31,7 @@ struct AdminAPI: Sendable {
         router.get("/environment") { _, _ in environment() }
         router.put("/environment") { request, _ in try await switchEnvironment(request) }
         router.post("/reload") { _, _ in await reload() }
+        router.get("/fleet") { _, _ in await fleet() }
         return router
     }
 
@@ -152,6 +153,15 @@ struct AdminAPI: Sendable {
         control.events.publish("environment.changed", ["environment": .string(name)])
         control.logger.info("environment switched", metadata: ["environment": "\(name)"])
         return json(["environment": .string(name)])
+    }
+
+    /// `GET /fleet`: this node's place in its fleet; `{"state": "off"}` for a daemon on its own.
+    func fleet() async -> Response {
+        guard let fleet = control.lifecycle.fleet else { return json(["state": "off"]) }
+        let requests = try? await Deadline.run(fleet.config.timeout * 5) { try await fleet.database.tokenRequestCount() }
+        return json(["name": .string(fleet.config.name), "node": .string(fleet.config.node),
+                     "state": .string(fleet.isReachable ? "ok" : "degraded"), "session_version": .int(fleet.appliedVersion),
+                     "token_requests": requests.map { .int(Int64($0)) } ?? .null])
     }
 
     func reload() async -> Response {

@@ -70,8 +70,10 @@ public final class ConciergeDaemon: Sendable {
         client = UpstreamClient(eventLoopGroup: group)
         transport = PooledUpstreamTransport(group: group, client: client) { [runtime] in runtime.current.settings.upstreams }
         revocation = TokenRevocation(transport: transport, runtime: runtime, logger: logger)
-        lifecycle = SessionLifecycle(session: session, cache: cache, stats: stats, events: events, logger: logger, revocation: revocation,
-                                     clock: clock)
+        var lifecycle = SessionLifecycle(session: session, cache: cache, stats: stats, events: events, logger: logger, revocation: revocation,
+                                         clock: clock)
+        lifecycle.fleet = try Self.fleetSession(config, session: session, logger: logger)
+        self.lifecycle = lifecycle
         pipeline = Self.makePipeline(runtime: runtime, cache: cache, lifecycle: lifecycle, transport: transport, logger: logger)
         hooks = HookDispatcher(runtime: runtime, client: client, logger: logger)
         let hooks = self.hooks
@@ -81,6 +83,22 @@ public final class ConciergeDaemon: Sendable {
         let session = self.session
         scrubber.addSource { runtime.current.settings.secretValues }
         scrubber.addSource { session.secretsForLogs }
+        if let password = config.fleet?.postgres.password, !password.isEmpty { scrubber.addSource { [password] } }
+    }
+
+    /// The fleet's side of the session, with `fleet:`; a key file that cannot be used is a
+    /// config error (exit 78).
+    static func fleetSession(_ config: ConciergeConfig, session: SessionState, logger: Logger) throws -> FleetSession? {
+        guard let fleet = config.fleet else { return nil }
+        let seal: TokenSeal
+        do {
+            seal = try TokenSeal.load(keyFile: fleet.keyFile)
+        } catch {
+            throw ConfigError(file: nil, issues: [ConfigIssue(path: "fleet.key_file", line: nil, message: error.description)])
+        }
+        if !seal.seals { logger.warning("fleet: no fleet.key_file: tokens are stored in PostgreSQL in clear") }
+        logger.info("fleet", metadata: ["name": "\(fleet.name)", "node": "\(fleet.node)", "postgres": "\(fleet.postgres.masked)"])
+        return FleetSession(database: try FleetDatabase(config: fleet, logger: logger), seal: seal, config: fleet, session: session, logger: logger)
     }
 
     let requestLogger: Logger
@@ -135,6 +153,7 @@ public final class ConciergeDaemon: Sendable {
             services.append(.init(service: service, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup))
         }
         add(CacheWriterService(cache: cache, logger: logger))
+        if let fleet = lifecycle.fleet { add(FleetService(fleet: fleet, lifecycle: lifecycle)) }
         // After the writer: the group stops services in reverse order, so refreshes end first.
         add(pipeline.revalidation)
         add(revocation)

@@ -26,6 +26,8 @@ struct SessionLifecycle: Sendable {
     let lifetimeWarning = TokenLifetimeWarning()
     /// The wall clock tokens are stamped and judged by (expiry, renewal ahead).
     var clock: WallClock = .system
+    /// The fleet that shares this session (`fleet:`); `nil` for a daemon on its own.
+    var fleet: FleetSession? = nil
 
     /// Stores the tokens a login reply carried (`session.capture`).
     func login(_ reply: TokenReply?, from json: JSONValue, capture: ConciergeConfig.Capture, limit: ConciergeConfig.RefreshLimit) async {
@@ -40,6 +42,7 @@ struct SessionLifecycle: Sendable {
                                    kind: .user, expiresAt: TokenReply.expiry(expiresIn, from: now))
         do {
             try await session.set(tokens)
+            await fleet?.publish(tokens)
             logger.info("session captured", metadata: ["user": "\(tokens.userID ?? "-")", "access_token": "\(TokenMask.mask(access))"])
             events.publish("session.login", ["user": tokens.userID.map(JSONValue.string) ?? .null])
         } catch {
@@ -50,6 +53,7 @@ struct SessionLifecycle: Sendable {
     /// Stores tokens set by hand (the admin API's `PUT /session`).
     func login(byHand tokens: SessionTokens) async throws {
         try await session.set(tokens)
+        await fleet?.publish(tokens)
         logger.info("session set by hand", metadata: ["user": "\(tokens.userID ?? "-")", "kind": "\(tokens.kind.rawValue)",
                                                       "access_token": "\(TokenMask.mask(tokens.accessToken))"])
         events.publish("session.login", ["user": tokens.userID.map(JSONValue.string) ?? .null])
@@ -74,11 +78,13 @@ struct SessionLifecycle: Sendable {
     /// Ends the session if it still holds `accessToken` (`nil`: whatever session there is):
     /// drops it, removes that user's cached entries, counts a logout, publishes `session.logout`
     /// and, unless a failed refresh ended it (the grant is already dead), has the tokens
-    /// revoked at the provider in the background.
+    /// revoked at the provider in the background. A fleet's nodes all log out
+    /// (`publishToFleet`: false when the logout came from the fleet).
     /// - Returns: the tokens dropped, or `nil` when a newer session was kept.
     @discardableResult
-    func logout(ifAccessToken accessToken: String?, reason: JSONValue) async -> SessionTokens? {
+    func logout(ifAccessToken accessToken: String?, reason: JSONValue, publishToFleet: Bool = true) async -> SessionTokens? {
         guard let dropped = try? await session.clear(ifAccessToken: accessToken) else { return nil }
+        if publishToFleet { await fleet?.publish(nil) }
         stats.increment(.logouts)
         let removed = dropped.kind == .user ? ((try? await cache.invalidate(.user(dropped.cacheUser))) ?? 0) : 0
         logger.info("session dropped", metadata: ["user": "\(dropped.userID ?? "-")", "reason": "\(reason.parameterText)",

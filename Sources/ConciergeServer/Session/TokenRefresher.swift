@@ -92,7 +92,7 @@ public actor TokenRefresher {
         if expirySignal, let staleToken, staleToken == lastIssued { loopSignals.append(now) }
         if let wait = throttle(limit: config.maxRefreshes, now: now) { return .throttled(retryAfter: wait) }
         let generation = session.generation
-        let task = Task { await self.perform(current, generation: generation) }
+        let task = Task { await self.coordinated(current, stale: staleToken, generation: generation) }
         inFlight = task
         let outcome = await task.value
         inFlight = nil
@@ -139,6 +139,20 @@ public actor TokenRefresher {
         return .unavailable(retryAfter: retryAfter)
     }
 
+
+    /// In a fleet, the token request is made once for every node (``FleetSession/renew``); when
+    /// PostgreSQL does not answer, this node renews alone and hands the result to the fleet later.
+    private func coordinated(_ current: SessionTokens?, stale: String?, generation: Int) async -> Outcome {
+        guard let fleet = lifecycle.fleet else { return await perform(current, generation: generation) }
+        let settings = runtime.current.settings
+        if let outcome = await fleet.renew(stale: stale, kind: settings.session.kind, tokenTimeout: settings.limits.defaultTimeout,
+                                           fetch: { await self.perform(current, generation: generation) }) {
+            return outcome
+        }
+        let outcome = await perform(session.current, generation: session.generation)
+        if case .refreshed = outcome { await fleet.publish(session.current) }
+        return outcome
+    }
 
     private func perform(_ tokens: SessionTokens?, generation: Int) async -> Outcome {
         let (rc, environment) = runtime.snapshot

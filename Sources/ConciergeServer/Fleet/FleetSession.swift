@@ -1,0 +1,236 @@
+import ConciergeCore
+import ConciergeStorage
+import Foundation
+import Logging
+import ServiceLifecycle
+import Synchronization
+
+/// This node's side of the fleet's one session (docs/fleet.md): local changes (a login, tokens
+/// set by hand, a logout) are written to the fleet's row and announced; changes announced by
+/// other nodes are adopted; and a token renewal runs under the row's lock, so however many
+/// nodes see one token expire, one token request is made and the others adopt its result.
+///
+/// PostgreSQL being down or frozen never fails a request: each call has a deadline, after which
+/// the node acts alone (renews locally, keeps its change pending) and catches up when the
+/// database answers again.
+final class FleetSession: Sendable {
+    let database: FleetDatabase
+    let seal: TokenSeal
+    let config: ConciergeConfig.Fleet
+    let session: SessionState
+    let logger: Logger
+    /// The last version of the fleet's row this node wrote or adopted.
+    private let applied = Mutex<Int64>(0)
+    /// A local change the fleet has not stored yet (written on reconnection).
+    private let pending = Mutex(false)
+    /// Whether PostgreSQL answered the last call.
+    private let reachable = Mutex(false)
+    private let lastWarning = Mutex<ContinuousClock.Instant?>(nil)
+
+    init(database: FleetDatabase, seal: TokenSeal, config: ConciergeConfig.Fleet, session: SessionState, logger: Logger) {
+        (self.database, self.seal, self.config, self.session, self.logger) = (database, seal, config, session, logger)
+    }
+
+    var isReachable: Bool { reachable.withLock { $0 } }
+    var appliedVersion: Int64 { applied.withLock { $0 } }
+
+    // MARK: Sealing
+
+    func sealed(_ tokens: SessionTokens?) -> String? {
+        guard let tokens, let json = try? JSONEncoder().encode(tokens) else { return nil }
+        return seal.seal(String(decoding: json, as: UTF8.self))
+    }
+
+    func opened(_ text: String?) -> SessionTokens? {
+        guard let text else { return nil }
+        do {
+            return try JSONDecoder().decode(SessionTokens.self, from: Data(seal.open(text).utf8))
+        } catch {
+            warn("the fleet's session does not open on this node", error)
+            return nil
+        }
+    }
+
+    // MARK: Token renewal
+
+    /// Renews the token `stale` once for the whole fleet: under the row's lock, a token the
+    /// fleet already replaced is adopted (no token request); otherwise `fetch` (this node's
+    /// token request, which stores its result locally) runs and its result is stored for all.
+    /// - Returns: `nil` when PostgreSQL did not answer in time: the caller renews alone.
+    func renew(stale: String?, kind: SessionTokens.Kind, tokenTimeout: Duration,
+               fetch: @escaping @Sendable () async -> TokenRefresher.Outcome) async -> TokenRefresher.Outcome? {
+        let lockWait = tokenTimeout + config.timeout
+        do {
+            // A database that is down or frozen is found out within `fleet.timeout`; past this
+            // point only another node's token request is waited for.
+            try await Deadline.run(config.timeout) { try await self.database.ping() }
+            let outcome = try await Deadline.run(lockWait + tokenTimeout + config.timeout) {
+                try await self.database.withSessionLock(lockWait: lockWait) { row in
+                    try await Self.$renewing.withValue(true) { try await self.decide(row, stale: stale, kind: kind, fetch: fetch) }
+                }
+            }
+            markReachable()
+            return outcome
+        } catch {
+            markUnreachable("a token renewal could not be coordinated with the fleet; renewing on this node", error)
+            return nil
+        }
+    }
+
+    private func decide(_ row: FleetDatabase.SessionRow, stale: String?, kind: SessionTokens.Kind,
+                        fetch: @Sendable () async -> TokenRefresher.Outcome) async throws -> FleetDatabase.Renewal<TokenRefresher.Outcome> {
+        let fleetTokens = opened(row.tokens).flatMap { $0.kind == kind ? $0 : nil }
+        if let fleetTokens, fleetTokens.accessToken != stale {
+            // Another node renewed it (or logged in) already: no token request.
+            try await adopt(fleetTokens, version: row.version)
+            return .keep(.refreshed(fleetTokens.accessToken))
+        }
+        let outcome = await fetch()
+        switch outcome {
+        case .refreshed:
+            return .store(sealed(session.current), outcome)
+        case .loggedOut:
+            return .store(nil, outcome)
+        case .unavailable, .throttled:
+            return .keep(outcome)
+        }
+    }
+
+    private func adopt(_ tokens: SessionTokens, version: Int64) async throws {
+        if session.current != tokens {
+            try await session.set(tokens)
+            logger.info("fleet: session adopted", metadata: ["version": "\(version)", "user": "\(tokens.userID ?? "-")"])
+        }
+        applied.withLock { $0 = max($0, version) }
+    }
+
+    /// Set while a renewal runs under the row's lock: a logout or renewal it causes is stored by
+    /// the lock's transaction, not published again.
+    @TaskLocal static var renewing = false
+
+    // MARK: Local changes
+
+    /// Stores a local change (`nil`: logged out) as the fleet's session; kept pending when
+    /// PostgreSQL does not answer within `fleet.timeout`.
+    func publish(_ tokens: SessionTokens?) async {
+        // Under the row's lock the renewal's transaction stores the result itself.
+        if Self.renewing { return }
+        let text = sealed(tokens)
+        do {
+            let version = try await Deadline.run(config.timeout * 5) { try await self.database.writeSession(text) }
+            applied.withLock { $0 = max($0, version) }
+            pending.withLock { $0 = false }
+            markReachable()
+        } catch {
+            pending.withLock { $0 = true }
+            markUnreachable("a session change could not reach the fleet; it is sent once PostgreSQL answers", error)
+        }
+    }
+
+    // MARK: Changes from other nodes
+
+    /// What an announced (or, after a reconnection, possible) change means for this node.
+    enum Change: Sendable, Equatable {
+        case none
+        case adopt(SessionTokens)
+        case logout
+    }
+
+    /// Reads the row after an announcement (`version`), or after a reconnection (`nil`, when a
+    /// pending local change is written first).
+    func change(announced version: Int64?) async -> Change {
+        if let version, version <= appliedVersion { return .none }
+        if version == nil, pending.withLock({ $0 }) {
+            await publish(session.current)
+            return .none
+        }
+        do {
+            let row = try await Deadline.run(config.timeout * 5) { try await self.database.readSession() }
+            markReachable()
+            guard row.version > appliedVersion else { return .none }
+            applied.withLock { $0 = max($0, row.version) }
+            let tokens = opened(row.tokens)
+            if let tokens {
+                return tokens == session.current ? .none : .adopt(tokens)
+            }
+            return row.version > 0 && session.current != nil ? .logout : .none
+        } catch {
+            markUnreachable("the fleet's session could not be read", error)
+            return .none
+        }
+    }
+
+    // MARK: Reachability
+
+    private func markReachable() {
+        let was = reachable.withLock { r in defer { r = true }; return r }
+        if !was { logger.info("fleet: PostgreSQL answers", metadata: ["fleet": "\(config.name)", "node": "\(config.node)"]) }
+    }
+
+    private func markUnreachable(_ what: String, _ error: any Error) {
+        reachable.withLock { $0 = false }
+        warn(what, error)
+    }
+
+    /// At most one warning a minute: a database that is down fails every call.
+    private func warn(_ what: String, _ error: any Error) {
+        let now = ContinuousClock.now
+        let due = lastWarning.withLock { last -> Bool in
+            guard last.map({ now - $0 >= .seconds(60) }) ?? true else { return false }
+            last = now
+            return true
+        }
+        if due { logger.warning("fleet: \(what)", metadata: ["error": "\(String(describing: error).prefix(200))"]) }
+    }
+}
+
+/// Runs the fleet's pool and its listener: creates the schema, then adopts every change other
+/// nodes announce (and reads the row after each reconnection, when announcements may have been
+/// lost).
+struct FleetService: Service {
+    let fleet: FleetSession
+    let lifecycle: SessionLifecycle
+
+    func run() async throws {
+        await withDiscardingTaskGroup { group in
+            group.addTask { await fleet.database.run() }
+            group.addTask {
+                await migrate()
+                await fleet.database.listen { version in await apply(fleet.change(announced: version)) }
+            }
+            try? await gracefulShutdown()
+            group.cancelAll()
+        }
+    }
+
+    /// Creates the schema, retrying with a backoff while PostgreSQL is unreachable.
+    private func migrate() async {
+        var backoff = Duration.milliseconds(200)
+        while !Task.isCancelled {
+            do {
+                try await fleet.database.migrate()
+                return
+            } catch {
+                fleet.logger.warning("fleet: schema not ready; retrying", metadata: ["error": "\(String(describing: error).prefix(200))"])
+                try? await Task.sleep(for: backoff)
+                backoff = min(backoff * 2, .seconds(10))
+            }
+        }
+    }
+
+    private func apply(_ change: FleetSession.Change) async {
+        switch change {
+        case .none:
+            break
+        case .adopt(let tokens):
+            do {
+                try await fleet.session.set(tokens)
+                fleet.logger.info("fleet: session adopted", metadata: ["user": "\(tokens.userID ?? "-")", "kind": "\(tokens.kind.rawValue)"])
+            } catch {
+                fleet.logger.error("fleet: could not store the adopted session", metadata: ["error": "\(error)"])
+            }
+        case .logout:
+            await lifecycle.logout(ifAccessToken: nil, reason: .string("fleet"), publishToFleet: false)
+        }
+    }
+}

@@ -1,0 +1,131 @@
+import ConciergeCore
+import ConciergeSampleAPI
+import ConciergeTestSupport
+import Foundation
+import Testing
+
+/// Three daemons and one real PostgreSQL (a throwaway cluster), in front of the sample API's
+/// WeChat dialect, where every token fetch invalidates the previous token: the fleet shares one
+/// session and makes one token request per expiry.
+@Suite("Fleet on PostgreSQL", .serialized, .enabled(if: PostgresCluster.isAvailable || ProcessInfo.processInfo.environment["CI"] != nil))
+struct FleetTests {
+    /// A fleet of `nodes` daemons on one cluster and one sample API.
+    static func withFleet(nodes: Int = 3, refreshDelay: Duration = .zero,
+                          _ body: ([ConciergeTestRig], PostgresCluster, RunningSampleAPI) async throws -> Void) async throws {
+        let cluster = try await PostgresCluster.start()
+        let api = try await SampleAPI.start(configuration: SampleAPIConfiguration(refreshDelay: refreshDelay, dialect: .wechat))
+        let keyFile = cluster.directory + "-fleet.key"
+        FileManager.default.createFile(atPath: keyFile, contents: Data((0..<32).map { _ in UInt8.random(in: 0...255) }),
+                                       attributes: [.posixPermissions: 0o600])
+        var rigs: [ConciergeTestRig] = []
+        do {
+            for node in 0..<nodes {
+                let fleet = "fleet:\n  postgres: \"\(cluster.url)\"\n  name: test\n  node: node-\(node)\n  key_file: \(keyFile)\n"
+                rigs.append(try await ConciergeTestRig.start(endpoints: DialectTestConfig.weChatEndpoints,
+                                                             extra: DialectTestConfig.weChat() + "\n" + fleet, api: api,
+                                                             environment: DialectTestConfig.environment))
+            }
+            for rig in rigs { #expect(try await Self.fleetIsUp(rig), "node \(rig.adminPort) never reached PostgreSQL") }
+            try await body(rigs, cluster, api)
+        } catch {
+            for rig in rigs { await rig.stop(keepAPI: true) }
+            await api.shutdown()
+            await cluster.stop()
+            try? FileManager.default.removeItem(atPath: keyFile)
+            throw error
+        }
+        for rig in rigs { await rig.stop(keepAPI: true) }
+        await api.shutdown()
+        await cluster.stop()
+        try? FileManager.default.removeItem(atPath: keyFile)
+    }
+
+    /// Waits (bounded) until the node's `GET /fleet` says `ok`.
+    static func fleetIsUp(_ rig: ConciergeTestRig) async throws -> Bool {
+        try await eventually(.seconds(20)) {
+            try await rig.admin(.GET, "/fleet").json?[path: "state"] == "ok"
+        }
+    }
+
+    /// `count` concurrent requests on each node, each with its own query.
+    static func storm(_ rigs: [ConciergeTestRig], count: Int = 100, tag: String) async throws -> [Int] {
+        try await withThrowingTaskGroup(of: Int.self) { group in
+            for (n, rig) in rigs.enumerated() {
+                for i in 0..<count { group.addTask { try await rig.get("/cgi-bin/items?\(tag)=\(n)-\(i)").status } }
+            }
+            var statuses: [Int] = []
+            for try await status in group { statuses.append(status) }
+            return statuses
+        }
+    }
+
+    @Test("first need, then an expiry seen by 3 × 100 concurrent requests on three nodes: one token request each time")
+    func oneTokenRequestPerExpiry() async throws {
+        try await Self.withFleet { rigs, cluster, api in
+            let first = try await Self.storm(rigs, tag: "first")
+            #expect(first.allSatisfy { $0 == 200 }, "\(Dictionary(grouping: first, by: { $0 }).mapValues(\.count))")
+            #expect(api.state.tokenCalls == 1)
+            // Every token expires at the API: all three nodes see 42001 at once.
+            api.state.advanceClock(by: .seconds(3 * 3600))
+            let second = try await Self.storm(rigs, tag: "expired")
+            #expect(second.allSatisfy { $0 == 200 }, "\(Dictionary(grouping: second, by: { $0 }).mapValues(\.count))")
+            #expect(api.state.tokenCalls == 2)
+            let fleet = try await rigs[2].admin(.GET, "/fleet").json
+            #expect(fleet?[path: "token_requests"] == 2)
+            // A dump of the fleet's database holds no token (they are sealed with the key file).
+            let dump = try await cluster.sql("SELECT coalesce(string_agg(tokens, ' '), '') FROM concierge.session")
+            #expect(dump.contains("gcm1:"))
+            for token in api.state.everyTokenIssued { #expect(!dump.contains(token)) }
+        }
+    }
+
+    @Test("with a 3-second token endpoint, 3 × 100 requests on an expired token still make one token request")
+    func slowTokenEndpoint() async throws {
+        try await Self.withFleet(refreshDelay: .seconds(3)) { rigs, _, api in
+            _ = try await rigs[0].get("/cgi-bin/items?warm=1")
+            #expect(api.state.tokenCalls == 1)
+            api.state.advanceClock(by: .seconds(3 * 3600))
+            let statuses = try await Self.storm(rigs, tag: "slow")
+            #expect(statuses.allSatisfy { $0 == 200 }, "\(Dictionary(grouping: statuses, by: { $0 }).mapValues(\.count))")
+            #expect(api.state.tokenCalls == 2)
+        }
+    }
+
+    @Test("a session set on one node is every node's; a logout on one logs every node out")
+    func oneSessionForTheFleet() async throws {
+        try await Self.withFleet(nodes: 2) { rigs, _, api in
+            _ = try await rigs[0].get("/cgi-bin/items?login=1")
+            let token = try #require(api.state.everyTokenIssued.last)
+            // Node 1 has its own request carry node 0's token without a token request.
+            _ = try await rigs[1].get("/cgi-bin/items?adopted=1")
+            #expect(api.state.tokenCalls == 1)
+            #expect(api.state.lastRequest("/cgi-bin/items")?.queryValue("access_token") == token)
+            let loggedOut = try await rigs[0].admin(.DELETE, "/session")
+            #expect(loggedOut.json?[path: "logged_out"] == true)
+            #expect(try await eventually(.seconds(5)) { try await rigs[1].admin(.GET, "/session").json?[path: "logged_in"] == false })
+        }
+    }
+
+    @Test("PostgreSQL killed: requests go on, an expired token is renewed by the node alone, /fleet is degraded, then ok and caught up")
+    func postgresDown() async throws {
+        try await Self.withFleet(nodes: 1) { rigs, cluster, api in
+            let rig = rigs[0]
+            #expect(try await rig.get("/cgi-bin/items?warm=1").status == 200)
+            let before = try #require(try await rig.admin(.GET, "/fleet").json?[path: "session_version"]?.intValue)
+            try await cluster.kill()
+            for i in 0..<20 { #expect(try await rig.get("/cgi-bin/items?down=\(i)").status == 200) }
+            api.state.advanceClock(by: .seconds(3 * 3600))
+            let began = ContinuousClock.now
+            #expect(try await rig.get("/cgi-bin/items?expired=1").status == 200)
+            #expect(ContinuousClock.now - began < .seconds(5), "a renewal does not wait on a database that is down")
+            #expect(api.state.tokenCalls == 2)
+            #expect(try await eventually { try await rig.admin(.GET, "/fleet").json?[path: "state"] == "degraded" })
+            try await cluster.startServer()
+            #expect(try await eventually(.seconds(30)) { try await rig.admin(.GET, "/fleet").json?[path: "state"] == "ok" })
+            // The token renewed alone reached the fleet's row once PostgreSQL was back.
+            #expect(try await eventually(.seconds(10)) {
+                (try await rig.admin(.GET, "/fleet").json?[path: "session_version"]?.intValue ?? 0) > before
+            })
+        }
+    }
+}
