@@ -1,3 +1,4 @@
+import ConciergeCore
 import Foundation
 import NIOCore
 import NIOHTTP1
@@ -87,6 +88,51 @@ public enum InvalidationCriteria: Sendable {
             }
         case .pattern:
             return false
+        }
+    }
+}
+
+extension InvalidationCriteria {
+    /// The criteria as JSON text, as the fleet's invalidation log stores them.
+    public var json: String {
+        let value: JSONValue
+        switch self {
+        case .pattern(let source): value = ["pattern": .string(source)]
+        case .user(let user): value = ["user": .string(user)]
+        case .all: value = ["all": true]
+        case .endpoints(let names, let scope):
+            let scopeValue: JSONValue
+            switch scope {
+            case .everyone: scopeValue = "everyone"
+            case .sharedOnly: scopeValue = "shared"
+            case .sharedAnd(let user): scopeValue = ["shared_and": .string(user)]
+            }
+            value = ["endpoints": .array(names.map(JSONValue.string)), "scope": scopeValue]
+        }
+        return value.serialized
+    }
+
+    /// Criteria read back from ``json``; `nil` for a text this version does not know.
+    public init?(json text: String) {
+        guard case .object(let fields)? = JSONValue.parse(text) else { return nil }
+        if case .string(let source)? = fields["pattern"] {
+            self = .pattern(source)
+        } else if case .string(let user)? = fields["user"] {
+            self = .user(user)
+        } else if fields["all"] == .bool(true) {
+            self = .all
+        } else if case .array(let items)? = fields["endpoints"] {
+            let names = items.compactMap(\.stringValue)
+            switch fields["scope"] {
+            case .string("everyone")?: self = .endpoints(names, scope: .everyone)
+            case .string("shared")?: self = .endpoints(names, scope: .sharedOnly)
+            case .object(let scope)?:
+                guard let user = scope["shared_and"]?.stringValue else { return nil }
+                self = .endpoints(names, scope: .sharedAnd(user))
+            default: return nil
+            }
+        } else {
+            return nil
         }
     }
 }

@@ -178,6 +178,12 @@ public final class StorageDatabase: Sendable {
                 ALTER TABLE session ADD COLUMN subject TEXT;
                 """)
         }
+        migrator.registerMigration("v3: fleet state and outbox") { db in
+            try db.execute(sql: """
+                CREATE TABLE fleet_state (fleet TEXT PRIMARY KEY, applied_seq INTEGER NOT NULL);
+                CREATE TABLE fleet_outbox (id INTEGER PRIMARY KEY AUTOINCREMENT, fleet TEXT NOT NULL, criteria TEXT NOT NULL);
+                """)
+        }
         return migrator
     }
 

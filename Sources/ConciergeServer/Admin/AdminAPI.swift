@@ -88,7 +88,12 @@ struct AdminAPI: Sendable {
         control.stats.increment(.invalidations)
         control.events.publish("cache.invalidated", ["by": .string(by), "removed": .int(Int64(removed))])
         control.logger.info("cache invalidated", metadata: ["by": "\(by)", "removed": "\(removed)"])
-        return json(["removed": .int(Int64(removed))])
+        // In a fleet: logged for every node (`{"seq": N}`), or kept until PostgreSQL answers (202).
+        switch await control.lifecycle.fleetInvalidations?.publish(criteria) {
+        case nil: return json(["removed": .int(Int64(removed))])
+        case .logged(let seq)?: return json(["removed": .int(Int64(removed)), "fleet": ["seq": .int(seq)]])
+        case .pending?: return json(["removed": .int(Int64(removed)), "fleet": "pending"], status: .accepted)
+        }
     }
 
     func entries(_ request: Request) async throws -> Response {
@@ -159,8 +164,12 @@ struct AdminAPI: Sendable {
     func fleet() async -> Response {
         guard let fleet = control.lifecycle.fleet else { return json(["state": "off"]) }
         let requests = try? await Deadline.run(fleet.config.timeout * 5) { try await fleet.database.tokenRequestCount() }
-        return json(["name": .string(fleet.config.name), "node": .string(fleet.config.node),
+        let delays: JSONValue = control.lifecycle.fleetInvalidations?.applyDelays.map { d in
+            ["count": .int(Int64(d.count)), "p50": .double(d.p50), "p99": .double(d.p99), "max": .double(d.max)]
+        } ?? .null
+        return json(["apply_delay_ms": delays, "name": .string(fleet.config.name), "node": .string(fleet.config.node),
                      "state": .string(fleet.isReachable ? "ok" : "degraded"), "session_version": .int(fleet.appliedVersion),
+                     "applied_seq": .int(control.lifecycle.fleetInvalidations?.appliedSeq ?? 0),
                      "token_requests": requests.map { .int(Int64($0)) } ?? .null])
     }
 

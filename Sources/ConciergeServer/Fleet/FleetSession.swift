@@ -184,11 +184,13 @@ final class FleetSession: Sendable {
     }
 }
 
-/// Runs the fleet's pool and its listener: creates the schema, then adopts every change other
-/// nodes announce (and reads the row after each reconnection, when announcements may have been
-/// lost).
+/// Runs the fleet's pool and its listener: creates the schema, then adopts every session change
+/// other nodes announce and applies the invalidation log in order (reading both after each
+/// reconnection, when announcements may have been lost, and first delivering the outbox), and
+/// collects the log's garbage once a minute.
 struct FleetService: Service {
     let fleet: FleetSession
+    let invalidations: FleetInvalidations
     let lifecycle: SessionLifecycle
 
     func run() async throws {
@@ -196,10 +198,24 @@ struct FleetService: Service {
             group.addTask { await fleet.database.run() }
             group.addTask {
                 await migrate()
-                await fleet.database.listen { version in await apply(fleet.change(announced: version)) }
+                await fleet.database.listen { announcement in await heard(announcement) }
             }
+            group.addTask { await collectGarbage() }
             try? await gracefulShutdown()
             group.cancelAll()
+        }
+    }
+
+    private func heard(_ announcement: FleetDatabase.Announcement) async {
+        switch announcement {
+        case .connected:
+            await apply(fleet.change(announced: nil))
+            await invalidations.deliverOutbox()
+            await invalidations.catchUp()
+        case .session(let version):
+            await apply(fleet.change(announced: version))
+        case .invalidation:
+            await invalidations.catchUp()
         }
     }
 
@@ -215,6 +231,14 @@ struct FleetService: Service {
                 try? await Task.sleep(for: backoff)
                 backoff = min(backoff * 2, .seconds(10))
             }
+        }
+    }
+
+    /// Deletes log rows older than `fleet.retention`, once a minute (one node at a time).
+    private func collectGarbage() async {
+        while !Task.isCancelled {
+            try? await Task.sleep(for: .seconds(60))
+            _ = try? await Deadline.run(.seconds(10)) { try await fleet.database.collectGarbage(retention: fleet.config.retention) }
         }
     }
 

@@ -45,7 +45,9 @@ struct EnvelopeSuccess: Sendable {
     nonisolated(nonsending) private func invalidate(for endpoint: EndpointPolicy) async {
         let user = lifecycle.session.current?.cacheUser
         let scope: InvalidationCriteria.EndpointScope = user.map { .sharedAnd($0) } ?? .sharedOnly
-        let removed = (try? await lifecycle.cache.invalidate(.endpoints(endpoint.invalidates, scope: scope))) ?? 0
+        let criteria = InvalidationCriteria.endpoints(endpoint.invalidates, scope: scope)
+        let removed = (try? await lifecycle.cache.invalidate(criteria)) ?? 0
+        _ = await lifecycle.fleetInvalidations?.publish(criteria)
         stats.increment(.invalidations)
         logger.info("write invalidated entries", metadata: ["endpoint": "\(endpoint.name)",
                                                            "targets": "\(endpoint.invalidates.joined(separator: ","))", "removed": "\(removed)"])

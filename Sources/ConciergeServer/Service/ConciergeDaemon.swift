@@ -73,6 +73,10 @@ public final class ConciergeDaemon: Sendable {
         var lifecycle = SessionLifecycle(session: session, cache: cache, stats: stats, events: events, logger: logger, revocation: revocation,
                                          clock: clock)
         lifecycle.fleet = try Self.fleetSession(config, session: session, logger: logger)
+        if let fleet = lifecycle.fleet {
+            lifecycle.fleetInvalidations = FleetInvalidations(database: fleet.database, local: FleetLocalStore(database: database, fleet: fleet.config.name),
+                                                              cache: cache, config: fleet.config, logger: logger)
+        }
         self.lifecycle = lifecycle
         pipeline = Self.makePipeline(runtime: runtime, cache: cache, lifecycle: lifecycle, transport: transport, logger: logger)
         hooks = HookDispatcher(runtime: runtime, client: client, logger: logger)
@@ -153,7 +157,9 @@ public final class ConciergeDaemon: Sendable {
             services.append(.init(service: service, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup))
         }
         add(CacheWriterService(cache: cache, logger: logger))
-        if let fleet = lifecycle.fleet { add(FleetService(fleet: fleet, lifecycle: lifecycle)) }
+        if let fleet = lifecycle.fleet, let invalidations = lifecycle.fleetInvalidations {
+            add(FleetService(fleet: fleet, invalidations: invalidations, lifecycle: lifecycle))
+        }
         // After the writer: the group stops services in reverse order, so refreshes end first.
         add(pipeline.revalidation)
         add(revocation)

@@ -28,6 +28,8 @@ struct SessionLifecycle: Sendable {
     var clock: WallClock = .system
     /// The fleet that shares this session (`fleet:`); `nil` for a daemon on its own.
     var fleet: FleetSession? = nil
+    /// The fleet's invalidation stream, which every invalidation made here joins (`fleet:`).
+    var fleetInvalidations: FleetInvalidations? = nil
 
     /// Stores the tokens a login reply carried (`session.capture`).
     func login(_ reply: TokenReply?, from json: JSONValue, capture: ConciergeConfig.Capture, limit: ConciergeConfig.RefreshLimit) async {

@@ -83,6 +83,11 @@ public final class FleetDatabase: Sendable {
                 CREATE TABLE IF NOT EXISTS concierge.token_request (
                     fleet text NOT NULL, node text NOT NULL, at timestamptz NOT NULL DEFAULT now())
                 """, logger: logger)
+            try await db.query("""
+                CREATE TABLE IF NOT EXISTS concierge.invalidation (
+                    fleet text NOT NULL, seq bigint NOT NULL, origin text NOT NULL, criteria text NOT NULL,
+                    at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (fleet, seq))
+                """, logger: logger)
             try await db.query("CREATE TABLE IF NOT EXISTS concierge.schema_version (version int NOT NULL)", logger: logger)
             try await db.query("""
                 INSERT INTO concierge.schema_version (version) SELECT \(Self.schemaVersion)
@@ -174,13 +179,98 @@ public final class FleetDatabase: Sendable {
         return version
     }
 
+    // MARK: The invalidation log
+
+    /// The channel of invalidations.
+    public static let invalidationChannel = "concierge_invalidation"
+
+    /// Logs an invalidation (its criteria as JSON text) as the fleet's next sequence number and
+    /// announces it. Publishers of one fleet are serialised (an advisory lock held to the
+    /// commit), so the numbers have no gaps and a listener can tell when it missed one.
+    /// - Returns: the sequence number.
+    public func publishInvalidation(_ criteria: String) async throws -> Int64 {
+        try await client.withTransaction(logger: logger) { db in
+            try await db.query("SELECT pg_advisory_xact_lock(hashtext(\("concierge.invalidation." + fleet)))", logger: logger)
+            let rows = try await db.query("""
+                INSERT INTO concierge.invalidation (fleet, seq, origin, criteria)
+                SELECT \(fleet), coalesce(max(seq), 0) + 1, \(node), \(criteria) FROM concierge.invalidation WHERE fleet = \(fleet)
+                RETURNING seq
+                """, logger: logger)
+            var seq: Int64 = 0
+            for try await value in rows.decode(Int64.self) { seq = value }
+            try await db.query("SELECT pg_notify(\(Self.invalidationChannel), \(fleet + ":" + String(seq)))", logger: logger)
+            return seq
+        }
+    }
+
+    /// One logged invalidation.
+    public struct LoggedInvalidation: Sendable {
+        public var seq: Int64
+        public var origin: String
+        public var criteria: String
+        /// When it was logged (the database's clock, Unix seconds).
+        public var loggedAt: Double
+    }
+
+    /// The invalidations after `seq`, in order, at most `limit`.
+    public func invalidations(after seq: Int64, limit: Int = 1_000) async throws -> [LoggedInvalidation] {
+        let rows = try await client.query("""
+            SELECT seq, origin, criteria, extract(epoch FROM at)::float8 FROM concierge.invalidation
+            WHERE fleet = \(fleet) AND seq > \(seq) ORDER BY seq LIMIT \(limit)
+            """, logger: logger)
+        var out: [LoggedInvalidation] = []
+        for try await (seq, origin, criteria, at) in rows.decode((Int64, String, String, Double).self) {
+            out.append(LoggedInvalidation(seq: seq, origin: origin, criteria: criteria, loggedAt: at))
+        }
+        return out
+    }
+
+    /// The lowest and highest sequence numbers still logged (`nil` while the log is empty).
+    public func logBounds() async throws -> (oldest: Int64, newest: Int64)? {
+        let rows = try await client.query("SELECT min(seq), max(seq) FROM concierge.invalidation WHERE fleet = \(fleet)", logger: logger)
+        for try await (oldest, newest) in rows.decode((Int64?, Int64?).self) {
+            if let oldest, let newest { return (oldest, newest) }
+        }
+        return nil
+    }
+
+    /// Deletes log rows older than `retention`, keeping the newest (the fleet's current number),
+    /// from one node at a time (a try-lock: the others skip). - Returns: rows deleted.
+    @discardableResult
+    public func collectGarbage(retention: Duration) async throws -> Int {
+        let seconds = Double(retention.components.seconds)
+        return try await client.withTransaction(logger: logger) { db in
+            let locked = try await db.query("SELECT pg_try_advisory_xact_lock(hashtext(\("concierge.gc." + fleet)))", logger: logger)
+            var got = false
+            for try await value in locked.decode(Bool.self) { got = value }
+            guard got else { return 0 }
+            let rows = try await db.query("""
+                WITH deleted AS (
+                    DELETE FROM concierge.invalidation WHERE fleet = \(fleet) AND at < now() - make_interval(secs => \(seconds))
+                    AND seq < (SELECT max(seq) FROM concierge.invalidation WHERE fleet = \(fleet)) RETURNING 1)
+                SELECT count(*) FROM deleted
+                """, logger: logger)
+            var count: Int64 = 0
+            for try await value in rows.decode(Int64.self) { count = value }
+            return Int(count)
+        }
+    }
+
     // MARK: Listening
 
-    /// Listens for session changes on a dedicated connection (a pooled one would lose the
-    /// registration), calling `changed` with each version announced for this fleet, and once
-    /// after every (re)connection with `nil` (a notification sent meanwhile is lost: read the row).
-    /// Reconnects with a backoff up to 10 s until cancelled.
-    public func listen(_ changed: @Sendable (Int64?) async -> Void) async {
+    /// What the listener hears.
+    public enum Announcement: Sendable, Equatable {
+        /// (Re)connected: announcements sent meanwhile are lost; read the tables.
+        case connected
+        case session(Int64)
+        case invalidation(Int64)
+    }
+
+    /// Listens for session changes and invalidations on a dedicated connection (a pooled one
+    /// would lose the registration), calling `heard` with each announcement for this fleet, in
+    /// order, and with ``Announcement/connected`` after every (re)connection. Reconnects with a
+    /// backoff up to 10 s until cancelled.
+    public func listen(_ heard: @escaping @Sendable (Announcement) async -> Void) async {
         var backoff = Duration.milliseconds(200)
         var reported = false
         while !Task.isCancelled {
@@ -189,15 +279,17 @@ public final class FleetDatabase: Sendable {
                 if reported { logger.info("fleet: PostgreSQL reachable again") }
                 reported = false
                 backoff = .milliseconds(200)
-                try await connection.listen(on: Self.sessionChannel) { notifications in
-                    await changed(nil)
-                    for try await notification in notifications {
-                        guard let colon = notification.payload.lastIndex(of: ":"), notification.payload[..<colon] == fleet,
-                              let version = Int64(notification.payload[notification.payload.index(after: colon)...]) else { continue }
-                        await changed(version)
-                    }
+                defer { Task { try? await connection.close() } }
+                let sessions = try await connection.listen(Self.sessionChannel)
+                let invalidations = try await connection.listen(Self.invalidationChannel)
+                await heard(.connected)
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    group.addTask { for try await n in sessions { if let v = self.version(n.payload) { await heard(.session(v)) } } }
+                    group.addTask { for try await n in invalidations { if let v = self.version(n.payload) { await heard(.invalidation(v)) } } }
+                    // Either ends when the connection does: reconnect.
+                    try await group.next()
+                    group.cancelAll()
                 }
-                try? await connection.close()
             } catch {
                 if Task.isCancelled { return }
                 if !reported {
@@ -208,6 +300,12 @@ public final class FleetDatabase: Sendable {
             try? await Task.sleep(for: backoff)
             backoff = min(backoff * 2, .seconds(10))
         }
+    }
+
+    /// The version or sequence number of an announcement `fleet:N` for this fleet.
+    private func version(_ payload: String) -> Int64? {
+        guard let colon = payload.lastIndex(of: ":"), payload[..<colon] == fleet else { return nil }
+        return Int64(payload[payload.index(after: colon)...])
     }
 }
 
