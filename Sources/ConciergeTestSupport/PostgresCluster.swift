@@ -67,6 +67,28 @@ public final class PostgresCluster: Sendable {
         try await postgres("pg_ctl", ["-D", "\(directory)/data", "-m", "immediate", "-w", "-t", "30", "stop"])
     }
 
+    /// Freezes the server and its backends (`SIGSTOP`): connections stay open and nothing
+    /// answers, as with a hung host. ``thaw()`` resumes them.
+    public func freeze() throws { try signalAll(SIGSTOP) }
+
+    public func thaw() throws { try signalAll(SIGCONT) }
+
+    /// The postmaster (first line of `postmaster.pid`) and its children.
+    private func signalAll(_ signal: Int32) throws {
+        guard let text = FileManager.default.contents(atPath: "\(directory)/data/postmaster.pid"),
+              let first = String(decoding: text, as: UTF8.self).split(separator: "\n").first, let postmaster = Int32(first) else {
+            throw Failure("no postmaster.pid: the server is not running")
+        }
+        var pids = [postmaster]
+        for entry in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] {
+            guard let pid = Int32(entry), let stat = FileManager.default.contents(atPath: "/proc/\(entry)/stat") else { continue }
+            // Fields after the command (which may hold spaces) start after the last ')'.
+            let fields = String(decoding: stat, as: UTF8.self).split(separator: ")").last?.split(separator: " ") ?? []
+            if fields.count > 1, Int32(fields[1]) == postmaster { pids.append(pid) }
+        }
+        for pid in pids { Glibc.kill(pid, signal) }
+    }
+
     /// Runs SQL as the superuser; returns its output (unaligned, tuples only).
     @discardableResult
     public func sql(_ statement: String) async throws -> String {

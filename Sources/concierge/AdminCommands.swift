@@ -164,6 +164,26 @@ struct EntriesCommand: AsyncParsableCommand {
     }
 }
 
+struct FleetCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "fleet", abstract: "Show this daemon's place in its fleet.")
+    @OptionGroup var options: AdminOptions
+
+    func run() async throws {
+        let reply = try await AdminClient(options).send(.GET, "/fleet")
+        if options.json { printJSON(reply); return }
+        guard reply[path: "state"] != .string("off") else {
+            print("not in a fleet (no fleet: section)")
+            return
+        }
+        func text(_ path: String) -> String { reply[path: path]?.parameterText ?? "-" }
+        print("fleet \(text("name")), node \(text("node")): \(text("state"))")
+        print("session version \(text("session_version")), invalidations applied up to \(text("applied_seq")), token requests \(text("token_requests"))")
+        if case .object = reply[path: "apply_delay_ms"] {
+            print("invalidation delay (ms): p50 \(text("apply_delay_ms.p50")), p99 \(text("apply_delay_ms.p99")), max \(text("apply_delay_ms.max"))")
+        }
+    }
+}
+
 struct SessionCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "session", abstract: "Show, set or clear the session.",
                                                     subcommands: [Show.self, Set.self, Clear.self], defaultSubcommand: Show.self)

@@ -9,6 +9,6 @@ struct ConciergeCommand: AsyncParsableCommand {
         abstract: "A local caching reverse proxy for business JSON APIs.",
         version: ConciergeVersion.current,
         subcommands: [ServeCommand.self, DemoCommand.self, CheckConfigCommand.self, InvalidateCommand.self, StatsCommand.self,
-                      EntriesCommand.self, SessionCommand.self, EnvCommand.self]
+                      EntriesCommand.self, SessionCommand.self, EnvCommand.self, FleetCommand.self]
     )
 }

@@ -129,3 +129,83 @@ struct FleetTests {
         }
     }
 }
+
+extension FleetTests {
+    @Test("OAuth2 with refresh-token rotation: a login on one node, then 3 × 100 requests on an expired token: one refresh, nobody logged out")
+    func rotationStorm() async throws {
+        let cluster = try await PostgresCluster.start()
+        let api = try await SampleAPI.start(configuration: SampleAPIConfiguration(dialect: .oauth2))
+        var rigs: [ConciergeTestRig] = []
+        do {
+            for node in 0..<3 {
+                let fleet = "fleet:\n  postgres: \"\(cluster.url)\"\n  name: oauth\n  node: node-\(node)\n"
+                rigs.append(try await ConciergeTestRig.start(endpoints: DialectTestConfig.oauth2Endpoints,
+                                                             extra: DialectTestConfig.oauth2() + "\n" + fleet, api: api,
+                                                             environment: DialectTestConfig.environment))
+            }
+            for rig in rigs { #expect(try await Self.fleetIsUp(rig)) }
+            let login = try await OAuth2DialectTests.login(rigs[0])
+            #expect(login.status == 200)
+            let last = rigs[2]
+            #expect(try await eventually { try await last.admin(.GET, "/session").json?[path: "logged_in"] == true })
+            api.state.advanceClock(by: .seconds(3 * 3600))
+            let nodes = rigs
+            let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+                for (n, rig) in nodes.enumerated() {
+                    for i in 0..<100 { group.addTask { try await rig.get("/api/items?n=\(n)-\(i)").status } }
+                }
+                var all: [Int] = []
+                for try await status in group { all.append(status) }
+                return all
+            }
+            #expect(statuses.allSatisfy { $0 == 200 }, "\(Dictionary(grouping: statuses, by: { $0 }).mapValues(\.count))")
+            #expect(api.state.refreshCalls == 1)
+            for rig in rigs { #expect(try await rig.admin(.GET, "/session").json?[path: "logged_in"] == true) }
+        } catch {
+            for rig in rigs { await rig.stop(keepAPI: true) }
+            await api.shutdown()
+            await cluster.stop()
+            throw error
+        }
+        for rig in rigs { await rig.stop(keepAPI: true) }
+        await api.shutdown()
+        await cluster.stop()
+    }
+}
+
+extension FleetTests {
+    @Test("PostgreSQL frozen (SIGSTOP): misses, a renewal and an invalidation never wait past fleet.timeout; /health says degraded; all caught up after")
+    func postgresFrozen() async throws {
+        try await Self.withFleet(nodes: 2) { rigs, cluster, api in
+            #expect(try await rigs[0].get("/cgi-bin/items?warm=1").status == 200)
+            #expect(try await rigs[1].get("/cgi-bin/items?cached=1").status == 200)
+            try cluster.freeze()
+            var slowest = Duration.zero
+            var took: [String] = []
+            func timed<T>(_ what: String = "", _ work: () async throws -> T) async throws -> T {
+                let began = ContinuousClock.now
+                let result = try await work()
+                slowest = max(slowest, ContinuousClock.now - began)
+                if !what.isEmpty { took.append("\(what) \(ContinuousClock.now - began)") }
+                return result
+            }
+            do {
+                for i in 0..<10 { #expect(try await timed { try await rigs[0].get("/cgi-bin/items?frozen=\(i)") }.status == 200) }
+                api.state.advanceClock(by: .seconds(3 * 3600))
+                #expect(try await timed("renewal") { try await rigs[0].get("/cgi-bin/items?renewed=1") }.status == 200)
+                let invalidation = try await timed("invalidation") { try await rigs[0].admin(.POST, "/cache/invalidate", json: ["pattern": "cached=1"]) }
+                #expect(invalidation.status == 202)
+                #expect(try await eventually { try await rigs[0].admin(.GET, "/health").json?[path: "fleet"] == "degraded" })
+                print("fleet: slowest call with PostgreSQL frozen: \(slowest); \(took.joined(separator: ", "))")
+                // fleet.timeout is 200 ms; the bound leaves room for a loaded machine.
+                #expect(slowest < .seconds(2))
+            } catch {
+                try? cluster.thaw()
+                throw error
+            }
+            try cluster.thaw()
+            #expect(try await eventually(.seconds(30)) { try await rigs[1].get("/cgi-bin/items?cached=1").header("X-Cache") == "MISS" })
+            #expect(try await eventually(.seconds(30)) { try await rigs[0].admin(.GET, "/health").json?[path: "fleet"] == "ok" })
+        }
+    }
+}

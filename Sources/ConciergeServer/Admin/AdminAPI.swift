@@ -36,8 +36,12 @@ struct AdminAPI: Sendable {
     }
 
     func health() -> Response {
-        // Still 200: the proxy serves, from memory where SQLite cannot take writes.
-        control.storageDegraded() ? json(["status": "ok", "storage": "degraded"]) : json(["status": "ok"])
+        // Still 200: the proxy serves, from memory where SQLite cannot take writes, and alone
+        // while the fleet's PostgreSQL does not answer.
+        var reply: [String: JSONValue] = ["status": "ok"]
+        if control.storageDegraded() { reply["storage"] = "degraded" }
+        if let fleet = control.lifecycle.fleet { reply["fleet"] = .string(fleet.isReachable ? "ok" : "degraded") }
+        return json(.object(reply))
     }
 
     func metrics() -> Response {

@@ -77,8 +77,26 @@ actor FleetInvalidations {
         logger.info("fleet: outbox delivered", metadata: ["invalidations": "\(waiting.count)"])
     }
 
+    /// Whether a catch-up runs, and whether another was asked for meanwhile (the actor is
+    /// reentrant at each `await`: one catch-up at a time, repeated once if asked again).
+    private var catchingUp = false
+    private var askedAgain = false
+
     /// Applies, in order, what the fleet logged after the last number applied here.
     func catchUp() async {
+        if catchingUp {
+            askedAgain = true
+            return
+        }
+        catchingUp = true
+        defer { catchingUp = false }
+        repeat {
+            askedAgain = false
+            await catchUpOnce()
+        } while askedAgain
+    }
+
+    private func catchUpOnce() async {
         do {
             if let bounds = try await Deadline.run(config.timeout * 5, { try await self.database.logBounds() }),
                bounds.oldest > applied + 1, applied < bounds.newest {

@@ -117,7 +117,7 @@ final class FleetSession: Sendable {
         if Self.renewing { return }
         let text = sealed(tokens)
         do {
-            let version = try await Deadline.run(config.timeout * 5) { try await self.database.writeSession(text) }
+            let version = try await Deadline.run(config.timeout) { try await self.database.writeSession(text) }
             applied.withLock { $0 = max($0, version) }
             pending.withLock { $0 = false }
             markReachable()
@@ -125,6 +125,12 @@ final class FleetSession: Sendable {
             pending.withLock { $0 = true }
             markUnreachable("a session change could not reach the fleet; it is sent once PostgreSQL answers", error)
         }
+    }
+
+    /// A change made here while PostgreSQL did not answer (a renewal made alone): written by
+    /// the next reconnection or heartbeat, unless the fleet has a newer session by then.
+    func markPending() {
+        pending.withLock { $0 = true }
     }
 
     // MARK: Changes from other nodes
@@ -140,13 +146,21 @@ final class FleetSession: Sendable {
     /// pending local change is written first).
     func change(announced version: Int64?) async -> Change {
         if let version, version <= appliedVersion { return .none }
-        if version == nil, pending.withLock({ $0 }) {
-            await publish(session.current)
-            return .none
-        }
         do {
             let row = try await Deadline.run(config.timeout * 5) { try await self.database.readSession() }
             markReachable()
+            if version == nil, pending.withLock({ $0 }) {
+                // The newer of this node's session and the fleet's wins.
+                let fleetTokens = opened(row.tokens)
+                let local = session.current
+                if let fleetTokens, let local, fleetTokens.setAt > local.setAt {
+                    pending.withLock { $0 = false }
+                    applied.withLock { $0 = max($0, row.version) }
+                    return .adopt(fleetTokens)
+                }
+                await publish(local)
+                return .none
+            }
             guard row.version > appliedVersion else { return .none }
             applied.withLock { $0 = max($0, row.version) }
             let tokens = opened(row.tokens)
@@ -167,7 +181,7 @@ final class FleetSession: Sendable {
         if !was { logger.info("fleet: PostgreSQL answers", metadata: ["fleet": "\(config.name)", "node": "\(config.node)"]) }
     }
 
-    private func markUnreachable(_ what: String, _ error: any Error) {
+    func markUnreachable(_ what: String, _ error: any Error) {
         reachable.withLock { $0 = false }
         warn(what, error)
     }
@@ -201,6 +215,7 @@ struct FleetService: Service {
                 await fleet.database.listen { announcement in await heard(announcement) }
             }
             group.addTask { await collectGarbage() }
+            group.addTask { await heartbeat() }
             try? await gracefulShutdown()
             group.cancelAll()
         }
@@ -230,6 +245,21 @@ struct FleetService: Service {
                 fleet.logger.warning("fleet: schema not ready; retrying", metadata: ["error": "\(String(describing: error).prefix(200))"])
                 try? await Task.sleep(for: backoff)
                 backoff = min(backoff * 2, .seconds(10))
+            }
+        }
+    }
+
+    /// Once a second: whether PostgreSQL answers (a frozen database keeps the listener's
+    /// connection open but silent, and a silently dead connection hears nothing), and, when it
+    /// does, what the listener may have missed: the session, the outbox, the log.
+    private func heartbeat() async {
+        while !Task.isCancelled {
+            try? await Task.sleep(for: .seconds(1))
+            do {
+                try await Deadline.run(fleet.config.timeout * 5) { try await fleet.database.ping() }
+                await heard(.connected)
+            } catch {
+                if !Task.isCancelled { fleet.markUnreachable("PostgreSQL does not answer", error) }
             }
         }
     }

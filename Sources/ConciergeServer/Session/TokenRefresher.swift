@@ -150,7 +150,8 @@ public actor TokenRefresher {
             return outcome
         }
         let outcome = await perform(session.current, generation: session.generation)
-        if case .refreshed = outcome { await fleet.publish(session.current) }
+        // Handed to the fleet once PostgreSQL answers; the request does not wait for it.
+        if case .refreshed = outcome { fleet.markPending() }
         return outcome
     }
 
