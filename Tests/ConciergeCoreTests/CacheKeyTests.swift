@@ -80,6 +80,13 @@ struct CacheKeyTests {
         #expect(key(query: "n=é") == key(query: "n=%C3%A9"))
     }
 
+    @Test("bytes a URI cannot hold raw (a line break, a space, a quote, a lone %) are escaped in the key, never kept raw")
+    func rawNonURIBytesAreEscaped() {
+        let k = CacheKey.make(method: "POST", upstreamBaseURL: base, path: "/f", params: QueryString.parse("a=x\ny z\"%&b=%zz"),
+                              excluding: [], userID: nil, version: 1)
+        #expect(k == "POST https://api.example.com/f?a=x%0Ay%20z%22%25&b=%25zz v=1")
+    }
+
     @Test("'%FF' and '%FE', two GBK words, '+' and '%20', ':' and '%3A' keep separate keys")
     func distinctBytesKeepSeparateKeys() {
         #expect(key(query: "q=%FF") != key(query: "q=%FE"))

@@ -209,3 +209,24 @@ extension FleetTests {
         }
     }
 }
+
+extension FleetTests {
+    @Test("the node holding the lock loses its connection mid-fetch (its backend terminated, as when it dies): a waiter takes over, at most 2 token requests")
+    func lockHolderLost() async throws {
+        try await Self.withFleet(refreshDelay: .seconds(2)) { rigs, cluster, api in
+            _ = try await rigs[0].get("/cgi-bin/items?warm=1")
+            #expect(api.state.tokenCalls == 1)
+            api.state.advanceClock(by: .seconds(3 * 3600))
+            async let storm = Self.storm(rigs, count: 30, tag: "lost")
+            // The holder waits on the 2-second token endpoint with the row locked: cut it.
+            let holder = "SELECT pid FROM pg_stat_activity WHERE state = 'idle in transaction' AND datname = 'concierge'"
+            #expect(try await eventually(.seconds(5)) { !(try await cluster.sql(holder)).isEmpty })
+            let began = ContinuousClock.now
+            _ = try await cluster.sql("SELECT pg_terminate_backend(pid) FROM (\(holder)) AS h")
+            let statuses = try await storm
+            print("fleet: lock holder cut; storm over \(ContinuousClock.now - began) later; token requests \(api.state.tokenCalls - 1)")
+            #expect(statuses.allSatisfy { $0 == 200 }, "\(Dictionary(grouping: statuses, by: { $0 }).mapValues(\.count))")
+            #expect(api.state.tokenCalls - 1 <= 2)
+        }
+    }
+}

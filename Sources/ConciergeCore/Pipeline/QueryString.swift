@@ -107,6 +107,19 @@ public enum QueryString {
         return String(decoding: out, as: UTF8.self)
     }
 
+    /// Unreserved or reserved (RFC 3986 §2.2–2.3): what a URI may hold as it is.
+    static func isURIByte(_ b: UInt8) -> Bool {
+        if isUnreserved(b) { return true }
+        switch b {
+        case UInt8(ascii: ":"), UInt8(ascii: "/"), UInt8(ascii: "?"), UInt8(ascii: "#"), UInt8(ascii: "["), UInt8(ascii: "]"),
+             UInt8(ascii: "@"), UInt8(ascii: "!"), UInt8(ascii: "$"), UInt8(ascii: "&"), UInt8(ascii: "'"), UInt8(ascii: "("),
+             UInt8(ascii: ")"), UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: ","), UInt8(ascii: ";"), UInt8(ascii: "="):
+            return true
+        default:
+            return false
+        }
+    }
+
     @inline(__always)
     static func isUnreserved(_ b: UInt8) -> Bool {
         switch b {
@@ -144,11 +157,12 @@ public enum QueryString {
     }
 
     /// RFC 3986 §6.2.2 normalisation of written text: hex digits of escapes upper-cased,
-    /// escaped unreserved characters decoded, and bytes outside ASCII escaped (as an IRI maps
-    /// to a URI). Everything else, `+` and reserved characters included, stays as written.
+    /// escaped unreserved characters decoded, and bytes a URI cannot hold raw (outside ASCII,
+    /// controls, space, `"<>\^`{|}`, a `%` that starts no escape) escaped, as an IRI maps to a
+    /// URI. Unreserved and reserved characters, `+` included, stay as written.
     static func normalized(_ text: Substring) -> String {
         var needs = false
-        for b in text.utf8 where b == UInt8(ascii: "%") || b >= 0x80 { needs = true; break }
+        for b in text.utf8 where b == UInt8(ascii: "%") || !isURIByte(b) { needs = true; break }
         if !needs { return String(text) }
         let utf8 = Array(text.utf8)
         var out: [UInt8] = []
@@ -164,7 +178,7 @@ public enum QueryString {
                     out.append(contentsOf: [UInt8(ascii: "%"), hexDigits[Int(h)], hexDigits[Int(l)]])
                 }
                 i += 3
-            } else if b >= 0x80 {
+            } else if b == UInt8(ascii: "%") || !isURIByte(b) {
                 out.append(contentsOf: [UInt8(ascii: "%"), hexDigits[Int(b >> 4)], hexDigits[Int(b & 0x0F)]])
                 i += 1
             } else {

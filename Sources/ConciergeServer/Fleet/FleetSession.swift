@@ -60,21 +60,69 @@ final class FleetSession: Sendable {
     func renew(stale: String?, kind: SessionTokens.Kind, tokenTimeout: Duration,
                fetch: @escaping @Sendable () async -> TokenRefresher.Outcome) async -> TokenRefresher.Outcome? {
         let lockWait = tokenTimeout + config.timeout
-        do {
-            // A database that is down or frozen is found out within `fleet.timeout`; past this
-            // point only another node's token request is waited for.
-            try await Deadline.run(config.timeout) { try await self.database.ping() }
-            let outcome = try await Deadline.run(lockWait + tokenTimeout + config.timeout) {
-                try await self.database.withSessionLock(lockWait: lockWait) { row in
-                    try await Self.$renewing.withValue(true) { try await self.decide(row, stale: stale, kind: kind, fetch: fetch) }
-                }
-            }
-            markReachable()
+        // What this node's own token request gave, if it made one: never made twice, and not
+        // held back more than `fleet.timeout` × 5 by storing it for the fleet (a connection lost
+        // mid-way may leave that waiting).
+        let fetched = Mutex<TokenRefresher.Outcome?>(nil)
+        let (signals, signal) = AsyncStream.makeStream(of: RenewalSignal.self)
+        let fetchOnce: @Sendable () async -> TokenRefresher.Outcome = {
+            let outcome = await fetch()
+            fetched.withLock { $0 = outcome }
+            signal.yield(.fetched)
             return outcome
-        } catch {
-            markUnreachable("a token renewal could not be coordinated with the fleet; renewing on this node", error)
-            return nil
         }
+        let storeWait = config.timeout * 5
+        let work = Task {
+            do {
+                // A database that is down or frozen is found out within `fleet.timeout`; past
+                // this point only another node's token request is waited for.
+                try await Deadline.run(self.config.timeout) { try await self.database.ping() }
+                let outcome = try await Deadline.run(lockWait + tokenTimeout + self.config.timeout) {
+                    try await self.database.withSessionLock(lockWait: lockWait) { row in
+                        try await Self.$renewing.withValue(true) { try await self.decide(row, stale: stale, kind: kind, fetch: fetchOnce) }
+                    }
+                }
+                signal.yield(.done(.success(outcome)))
+            } catch {
+                signal.yield(.done(.failure(error)))
+            }
+        }
+        defer { work.cancel() }
+        for await event in signals {
+            switch event {
+            case .fetched:
+                Task {
+                    try? await Task.sleep(for: storeWait)
+                    signal.yield(.storeTimedOut)
+                }
+            case .done(.success(let outcome)):
+                markReachable()
+                return outcome
+            case .done(.failure(let error)):
+                return fallBack(fetched.withLock { $0 }, error)
+            case .storeTimedOut:
+                return fallBack(fetched.withLock { $0 }, Deadline.Exceeded(limit: storeWait))
+            }
+        }
+        return nil
+    }
+
+    private enum RenewalSignal: Sendable {
+        case fetched
+        case done(Result<TokenRefresher.Outcome, any Error>)
+        case storeTimedOut
+    }
+
+    /// After a renewal that could not be completed with the fleet: this node's own result if it
+    /// made a token request (handed to the fleet later), else `nil` (renew alone).
+    private func fallBack(_ fetched: TokenRefresher.Outcome?, _ error: any Error) -> TokenRefresher.Outcome? {
+        if let fetched {
+            if case .refreshed = fetched { markPending() }
+            markUnreachable("a renewed token could not be stored for the fleet; it is handed over once PostgreSQL answers", error)
+            return fetched
+        }
+        markUnreachable("a token renewal could not be coordinated with the fleet; renewing on this node", error)
+        return nil
     }
 
     private func decide(_ row: FleetDatabase.SessionRow, stale: String?, kind: SessionTokens.Kind,

@@ -315,6 +315,7 @@ public final class FleetDatabase: Sendable {
 public enum Deadline {
     public struct Exceeded: Error, CustomStringConvertible {
         public let limit: Duration
+        public init(limit: Duration) { self.limit = limit }
         public var description: String { "PostgreSQL did not answer within \(limit)" }
     }
 
