@@ -109,6 +109,7 @@ let package = Package(
             name: "ConciergeTestSupport",
             dependencies: [
                 "ConciergeCore",
+                "ConciergeStorage",
                 "ConciergeServer",
                 "ConciergeSampleAPI",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),

@@ -29,6 +29,18 @@ public struct CacheEntry: Sendable {
         (self.storedAt, self.ttl, self.staleWhileRevalidate, self.staleIfError) = (storedAt, ttl, staleWhileRevalidate, staleIfError)
     }
 
+    /// Headers stored as a JSON list of `[name, value]` pairs (``JSONValue/serializedPairs(_:)``).
+    public static func headers(fromPairs text: String) -> HTTPHeaders {
+        guard case .array(let items)? = JSONValue.parse(text) else { return HTTPHeaders() }
+        var headers = HTTPHeaders()
+        for item in items {
+            if case .array(let parts) = item, parts.count == 2, let name = parts[0].stringValue, let value = parts[1].stringValue {
+                headers.add(name: name, value: value)
+            }
+        }
+        return headers
+    }
+
     /// Approximate bytes this entry takes (body, key, headers).
     public var size: Int {
         body.readableBytes + key.utf8.count + headers.reduce(0) { $0 + $1.name.utf8.count + $1.value.utf8.count + 4 } + 64

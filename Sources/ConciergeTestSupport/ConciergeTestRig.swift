@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import ConciergeCore
 import ConciergeSampleAPI
 import ConciergeServer
+import ConciergeStorage
 import Foundation
 import NIOCore
 import NIOHTTP1
@@ -85,7 +86,11 @@ public final class ConciergeTestRig: Sendable {
     /// Stops the daemon (gracefully) and, when `keepAPI` is false and the rig started it, the API.
     public func stop(keepAPI: Bool = false, removeDirectory: Bool = true) async {
         daemon.shutdown()
-        _ = try? await withTimeout(.seconds(20)) { _ = try? await self.runTask.value }
+        do {
+            try await withTimeout(.seconds(20)) { _ = try? await self.runTask.value }
+        } catch {
+            FileHandle.standardError.write(Data("ConciergeTestRig: the daemon on admin port \(adminPort) did not stop within 20 s; its log ends:\n\(logs.lines.suffix(30).joined(separator: "\n"))\n".utf8))
+        }
         if ownsAPI, !keepAPI { await api.shutdown() }
         if removeDirectory { try? FileManager.default.removeItem(atPath: directory) }
     }
@@ -157,17 +162,14 @@ public struct TimeoutError: Error, CustomStringConvertible {
     public var description: String { "timed out" }
 }
 
-/// Runs `work`, failing with ``TimeoutError`` when it takes longer than `limit`.
+/// Runs `work`, failing with ``TimeoutError`` when it takes longer than `limit`: at the limit
+/// the caller goes on whether or not `work` (cancelled, left running) heeds the cancellation,
+/// so a wait that ignores it (a task's value, a readiness signal) never hangs a test.
 public func withTimeout<T: Sendable>(_ limit: Duration, _ work: @escaping @Sendable () async throws -> T) async throws -> T {
-    try await withThrowingTaskGroup(of: T.self) { group in
-        group.addTask { try await work() }
-        group.addTask {
-            try await Task.sleep(for: limit)
-            throw TimeoutError()
-        }
-        let result = try await group.next()!
-        group.cancelAll()
-        return result
+    do {
+        return try await Deadline.run(limit, work)
+    } catch is Deadline.Exceeded {
+        throw TimeoutError()
     }
 }
 

@@ -95,6 +95,11 @@ public final class PostgresCluster: Sendable {
         try await postgres("psql", ["-h", "127.0.0.1", "-p", "\(port)", "-U", "postgres", "-d", "concierge", "-v", "ON_ERROR_STOP=1", "-qAt", "-c", statement])
     }
 
+    /// `pg_dump` of the fleet's database (plain SQL, data included), as an operator would take it.
+    public func dump() async throws -> String {
+        try await postgres("pg_dump", ["-h", "127.0.0.1", "-p", "\(port)", "-U", "postgres", "-d", "concierge"])
+    }
+
     /// Stops the server and removes its files.
     public func stop() async {
         try? await kill()

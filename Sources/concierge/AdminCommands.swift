@@ -98,6 +98,7 @@ struct InvalidateCommand: AsyncParsableCommand {
     @Option(help: "Regular expression searched in the cache keys.") var pattern: String?
     @Option(help: "Endpoint name whose entries to remove.") var endpoint: String?
     @Flag(help: "Remove every entry.") var all = false
+    @Flag(name: .customLong("wait-fleet"), help: "In a fleet: answer once every node has applied it (up to 5 s).") var waitFleet = false
 
     func validate() throws {
         let given = [pattern != nil, endpoint != nil, all].filter { $0 }.count
@@ -106,8 +107,15 @@ struct InvalidateCommand: AsyncParsableCommand {
 
     func run() async throws {
         let body: JSONValue = pattern.map { ["pattern": .string($0)] } ?? endpoint.map { ["endpoint": .string($0)] } ?? ["all": true]
-        let reply = try await AdminClient(options).send(.POST, "/cache/invalidate", body: body)
-        if options.json { printJSON(reply) } else { print("removed \(reply[path: "removed"]?.parameterText ?? "?") entries") }
+        let reply = try await AdminClient(options).send(.POST, waitFleet ? "/cache/invalidate?wait=fleet" : "/cache/invalidate", body: body)
+        if options.json { printJSON(reply); return }
+        print("removed \(reply[path: "removed"]?.parameterText ?? "?") entries")
+        if reply[path: "fleet"] == "pending" {
+            print("fleet: pending (PostgreSQL does not answer; delivered once it does)")
+        } else if let seq = reply[path: "fleet.seq"]?.parameterText {
+            let lagging = reply[path: "fleet.lagging"]?.arrayValue?.compactMap(\.stringValue)
+            print("fleet: logged as \(seq)" + (lagging.map { $0.isEmpty ? ", applied by every node" : ", not yet applied by \($0.joined(separator: ", "))" } ?? ""))
+        }
     }
 }
 
@@ -178,6 +186,10 @@ struct FleetCommand: AsyncParsableCommand {
         func text(_ path: String) -> String { reply[path: path]?.parameterText ?? "-" }
         print("fleet \(text("name")), node \(text("node")): \(text("state"))")
         print("session version \(text("session_version")), invalidations applied up to \(text("applied_seq")), token requests \(text("token_requests"))")
+        for node in reply[path: "nodes"]?.arrayValue ?? [] {
+            func field(_ key: String) -> String { node[path: key]?.parameterText ?? "-" }
+            print("  \(field("node"))  \(field("state"))  applied \(field("applied_seq"))  last seen \(field("last_seen"))")
+        }
         if case .object = reply[path: "apply_delay_ms"] {
             print("invalidation delay (ms): p50 \(text("apply_delay_ms.p50")), p99 \(text("apply_delay_ms.p99")), max \(text("apply_delay_ms.max"))")
         }

@@ -15,7 +15,7 @@ extension FleetTests {
         return (reply.status, reply.json?[path: "fleet.seq"]?.intValue.map(Int64.init))
     }
 
-    @Test("an invalidation on one node removes the entries of the others; 200 in a row: delay until applied everywhere")
+    @Test("an invalidation on one node removes the entries of the others; 1,000 of mixed kinds in a row: delay until applied everywhere")
     func invalidationsReachEveryNode() async throws {
         try await Self.withFleet { rigs, _, _ in
             for rig in rigs { #expect(try await rig.get("/cgi-bin/items?shared=1").status == 200) }
@@ -30,7 +30,7 @@ extension FleetTests {
             // Mixed kinds, one after another: each measured until both other nodes applied it.
             let kinds: [JSONValue] = [["pattern": "x=1"], ["endpoint": "items"], ["all": true], ["pattern": "^GET .*/cgi-bin/user"]]
             var delays: [Duration] = []
-            for i in 0..<200 {
+            for i in 0..<1_000 {
                 let published = try await Self.invalidate(rigs[0], kinds[i % kinds.count])
                 let seq = try #require(published.seq)
                 let began = ContinuousClock.now
@@ -38,29 +38,70 @@ extension FleetTests {
                 delays.append(ContinuousClock.now - began)
             }
             delays.sort()
-            print("fleet invalidation delay over 200 (until 2 other nodes applied, polled over HTTP): p50 \(delays[100]), p99 \(delays[197]), max \(delays[199])")
-            #expect(try await Self.appliedSeq(rigs[2]) == 201)
+            print("fleet invalidation delay over 1,000 (until 2 other nodes applied, polled over HTTP): p50 \(delays[500]), p99 \(delays[990]), max \(delays[999])")
+            #expect(delays[990] < .milliseconds(100), "p99 under 100 ms")
+            #expect(try await Self.appliedSeq(rigs[2]) == 1_001)
             for rig in rigs.dropFirst() {
                 let measured = try await rig.admin(.GET, "/fleet").json?[path: "apply_delay_ms"]
                 print("fleet invalidation delay, commit to applied on \(rig.adminPort): \(measured?.serialized ?? "-")")
-                #expect(measured?[path: "count"] == 201)
+                #expect(measured?[path: "count"] == 1_000, "the last 1,000 are kept")
+                let metrics = try await rig.admin(.GET, "/metrics").text
+                #expect(metrics.contains("concierge_fleet_up 1"))
+                #expect(metrics.contains("concierge_fleet_applied_seq 1001"))
+                #expect(metrics.contains("concierge_fleet_invalidation_delay_seconds_count 1001"), "\(metrics.split(separator: "\n").filter { $0.contains("fleet") })")
             }
         }
     }
 
-    @Test("the listeners' connections cut (pg_terminate_backend) during 300 invalidations: none lost")
+    @Test("the listeners' connections cut (pg_terminate_backend) twice during 1,000 invalidations of mixed kinds: none lost")
     func cutConnectionsLoseNothing() async throws {
         try await Self.withFleet(nodes: 2) { rigs, cluster, _ in
             var last: Int64 = 0
-            for i in 0..<300 {
-                last = try #require(try await Self.invalidate(rigs[0], ["pattern": .string("n=\(i)$")]).seq)
-                if i == 100 || i == 200 {
+            for i in 0..<1_000 {
+                let kind: JSONValue = i % 10 == 9 ? ["endpoint": "items"] : i % 25 == 24 ? ["all": true] : ["pattern": .string("n=\(i)$")]
+                last = try #require(try await Self.invalidate(rigs[0], kind).seq)
+                if i == 300 || i == 600 {
                     let cut = try await cluster.sql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query LIKE 'LISTEN%'")
                     #expect(Int(cut.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0 >= 1)
                 }
             }
-            #expect(last == 300)
-            #expect(try await eventually(.seconds(20)) { try await Self.appliedSeq(rigs[1]) == 300 })
+            #expect(last == 1_000)
+            #expect(try await eventually(.seconds(20)) { try await Self.appliedSeq(rigs[1]) == 1_000 })
+        }
+    }
+
+    @Test("?wait=fleet answers once every node applied it; GET /fleet lists the nodes; a stopped node is listed as lagging, then silent")
+    func waitForTheFleet() async throws {
+        try await Self.withFleet { rigs, _, _ in
+            for rig in rigs { #expect(try await rig.get("/cgi-bin/items?waited=1").status == 200) }
+            // Every node reports within a second of starting.
+            #expect(try await eventually(.seconds(10)) { try await rigs[0].admin(.GET, "/fleet").json?[path: "nodes"]?.arrayValue?.count == 3 })
+            let waited = try await rigs[0].admin(.POST, "/cache/invalidate?wait=fleet", json: ["pattern": "waited=1"])
+            #expect(waited.status == 200)
+            #expect(waited.json?[path: "fleet.lagging"] == [], "\(waited.text)")
+            let seq = try #require(waited.json?[path: "fleet.seq"]?.intValue)
+            // No polling: the reply came after both others applied it.
+            for rig in rigs.dropFirst() {
+                #expect(try await Self.appliedSeq(rig) >= Int64(seq))
+                #expect(try await rig.get("/cgi-bin/items?waited=1").header("X-Cache") == "MISS")
+            }
+            let listed = try await rigs[1].admin(.GET, "/fleet").json
+            #expect(listed?[path: "seq"]?.intValue == seq)
+            let nodes = listed?[path: "nodes"]?.arrayValue ?? []
+            #expect(nodes.compactMap { $0[path: "node"]?.stringValue } == ["node-0", "node-1", "node-2"])
+            #expect(nodes.allSatisfy { $0[path: "state"] == "ok" && $0[path: "applied_seq"]?.intValue == seq && $0[path: "last_seen"]?.stringValue != nil },
+                    "\(nodes)")
+            #expect(try await rigs[0].admin(.POST, "/cache/invalidate?wait=soon", json: ["all": true]).status == 400)
+            // A node stopped: still seen in the last minute, so waited for, and named after 5 s.
+            await rigs[2].stop(keepAPI: true, removeDirectory: false)
+            let began = ContinuousClock.now
+            let lagging = try await rigs[0].admin(.POST, "/cache/invalidate?wait=fleet", json: ["pattern": "waited=2"])
+            let took = ContinuousClock.now - began
+            #expect(lagging.json?[path: "fleet.lagging"] == ["node-2"], "\(lagging.text)")
+            #expect(took >= .seconds(5) && took < .seconds(7), "\(took)")
+            let silent = try await rigs[0].admin(.GET, "/fleet").json?[path: "nodes"]?.arrayValue?.last
+            #expect(silent?[path: "node"] == "node-2")
+            #expect(silent?[path: "state"] == "silent")
         }
     }
 

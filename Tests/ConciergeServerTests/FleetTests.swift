@@ -10,7 +10,7 @@ import Testing
 @Suite("Fleet on PostgreSQL", .serialized, .enabled(if: PostgresCluster.isAvailable || ProcessInfo.processInfo.environment["CI"] != nil))
 struct FleetTests {
     /// A fleet of `nodes` daemons on one cluster and one sample API.
-    static func withFleet(nodes: Int = 3, refreshDelay: Duration = .zero,
+    static func withFleet(nodes: Int = 3, refreshDelay: Duration = .zero, sharedCache: Bool = false,
                           _ body: ([ConciergeTestRig], PostgresCluster, RunningSampleAPI) async throws -> Void) async throws {
         let cluster = try await PostgresCluster.start()
         let api = try await SampleAPI.start(configuration: SampleAPIConfiguration(refreshDelay: refreshDelay, dialect: .wechat))
@@ -21,6 +21,7 @@ struct FleetTests {
         do {
             for node in 0..<nodes {
                 let fleet = "fleet:\n  postgres: \"\(cluster.url)\"\n  name: test\n  node: node-\(node)\n  key_file: \(keyFile)\n"
+                    + "  shared_cache: \(sharedCache)\n"
                 rigs.append(try await ConciergeTestRig.start(endpoints: DialectTestConfig.weChatEndpoints,
                                                              extra: DialectTestConfig.weChat() + "\n" + fleet, api: api,
                                                              environment: DialectTestConfig.environment))
@@ -72,9 +73,15 @@ struct FleetTests {
             #expect(api.state.tokenCalls == 2)
             let fleet = try await rigs[2].admin(.GET, "/fleet").json
             #expect(fleet?[path: "token_requests"] == 2)
-            // A dump of the fleet's database holds no token (they are sealed with the key file).
-            let dump = try await cluster.sql("SELECT coalesce(string_agg(tokens, ' '), '') FROM concierge.session")
-            #expect(dump.contains("gcm1:"))
+            var counted = 0
+            for rig in rigs {
+                let line = try await rig.admin(.GET, "/metrics").text.split(separator: "\n").first { $0.hasPrefix("concierge_fleet_token_requests_total ") }
+                counted += line.flatMap { Int($0.split(separator: " ").last ?? "") } ?? 0
+            }
+            #expect(counted == 2, "concierge_fleet_token_requests_total summed over the nodes")
+            // A dump of the fleet's database (pg_dump) holds no token (they are sealed with the key file).
+            let dump = try await cluster.dump()
+            #expect(dump.contains("gcm1:") && dump.contains("COPY concierge.session"))
             for token in api.state.everyTokenIssued { #expect(!dump.contains(token)) }
         }
     }
@@ -227,6 +234,24 @@ extension FleetTests {
             print("fleet: lock holder cut; storm over \(ContinuousClock.now - began) later; token requests \(api.state.tokenCalls - 1)")
             #expect(statuses.allSatisfy { $0 == 200 }, "\(Dictionary(grouping: statuses, by: { $0 }).mapValues(\.count))")
             #expect(api.state.tokenCalls - 1 <= 2)
+        }
+    }
+
+    @Test("loop guard for the fleet: an upstream that always says expired, asked in turn through three nodes, gets max_refreshes token calls in all")
+    func loopGuardCountsFleetWide() async throws {
+        try await Self.withFleet { rigs, _, api in
+            var statuses: [Int] = []
+            for i in 0..<12 { statuses.append(try await rigs[i % 3].get("/cgi-bin/stale").status) }
+            // As on one daemon: the 5th expiry signal within 60 s is refused.
+            #expect(api.state.tokenCalls == 5, "one guard for the fleet, not one per node (\(statuses))")
+            // As on one daemon: the first reply is the upstream's refusal after its one replay; then no token, no call.
+            #expect(statuses == [200] + Array(repeating: 502, count: 11), "\(statuses)")
+            var logs = ""
+            for rig in rigs { logs += rig.logText }
+            #expect(logs.contains("token calls throttled for the fleet"))
+            // The app token is kept: other endpoints still answer with it, on every node, without a token call.
+            for rig in rigs { #expect(try await rig.get("/cgi-bin/items?after=guard").status == 200) }
+            #expect(api.state.tokenCalls == 5)
         }
     }
 }

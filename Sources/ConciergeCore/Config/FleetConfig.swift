@@ -16,6 +16,8 @@ extension ConciergeConfig {
         public var timeout: Duration = .milliseconds(200)
         /// How long the invalidation log is kept.
         public var retention: Duration = .seconds(86_400)
+        /// Storable replies are also kept in PostgreSQL, and a local miss looks there first.
+        public var sharedCache = false
     }
 
     /// A libpq-style `postgresql://user:password@host:port/database?sslmode=…` URL, parsed.
@@ -103,9 +105,7 @@ extension ConfigLoader {
         if let n = m["retention"], let d = r.duration(n, "fleet.retention") {
             if d >= .seconds(60) { fleet.retention = d } else { r.fail("fleet.retention", n, "must be at least 1m") }
         }
-        if let n = m["shared_cache"], let b = r.bool(n, "fleet.shared_cache"), b {
-            r.fail("fleet.shared_cache", n, "the fleet's shared cache is not available in this version; remove the key or set it to false")
-        }
+        if let n = m["shared_cache"], let b = r.bool(n, "fleet.shared_cache") { fleet.sharedCache = b }
         return fleet
     }
 }

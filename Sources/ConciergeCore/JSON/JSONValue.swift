@@ -148,6 +148,11 @@ public enum JSONValue: Sendable, Hashable {
         return nil
     }
 
+    public var arrayValue: [JSONValue]? {
+        if case .array(let items) = self { return items }
+        return nil
+    }
+
     /// Text used for a parameter value: strings as they are, everything else as JSON.
     public var parameterText: String {
         switch self {

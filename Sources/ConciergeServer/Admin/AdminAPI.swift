@@ -56,6 +56,12 @@ struct AdminAPI: Sendable {
     }
 
     func invalidate(_ request: Request) async throws -> Response {
+        let waitForFleet: Bool
+        switch request.uri.queryParameters.get("wait") {
+        case nil: waitForFleet = false
+        case "fleet"?: waitForFleet = true
+        case let other?: return error(.badRequest, "wait must be 'fleet', not '\(other)'")
+        }
         let body = try await readJSON(request)
         guard case .object(let fields) = body, fields.count == 1 else {
             return error(.badRequest, "give exactly one of {\"pattern\": REGEX}, {\"endpoint\": NAME} or {\"all\": true}")
@@ -92,11 +98,20 @@ struct AdminAPI: Sendable {
         control.stats.increment(.invalidations)
         control.events.publish("cache.invalidated", ["by": .string(by), "removed": .int(Int64(removed))])
         control.logger.info("cache invalidated", metadata: ["by": "\(by)", "removed": "\(removed)"])
-        // In a fleet: logged for every node (`{"seq": N}`), or kept until PostgreSQL answers (202).
-        switch await control.lifecycle.fleetInvalidations?.publish(criteria) {
-        case nil: return json(["removed": .int(Int64(removed))])
-        case .logged(let seq)?: return json(["removed": .int(Int64(removed)), "fleet": ["seq": .int(seq)]])
-        case .pending?: return json(["removed": .int(Int64(removed)), "fleet": "pending"], status: .accepted)
+        // In a fleet: logged for every node (`{"seq": N}`; with `?wait=fleet`, once every node
+        // seen in the last minute applied it, or after 5 s with those that have not), or kept
+        // until PostgreSQL answers (202).
+        guard let fleet = control.lifecycle.fleetInvalidations else { return json(["removed": .int(Int64(removed))]) }
+        switch await fleet.publish(criteria) {
+        case .logged(let seq):
+            var reply: [String: JSONValue] = ["seq": .int(seq)]
+            if waitForFleet {
+                let lagging = await fleet.waitUntilApplied(seq)
+                reply["lagging"] = lagging.map { .array($0.map { .string($0) }) } ?? .null
+            }
+            return json(["removed": .int(Int64(removed)), "fleet": .object(reply)])
+        case .pending:
+            return json(["removed": .int(Int64(removed)), "fleet": "pending"], status: .accepted)
         }
     }
 
@@ -168,13 +183,24 @@ struct AdminAPI: Sendable {
     func fleet() async -> Response {
         guard let fleet = control.lifecycle.fleet else { return json(["state": "off"]) }
         let requests = try? await Deadline.run(fleet.config.timeout * 5) { try await fleet.database.tokenRequestCount() }
+        let seq = try? await Deadline.run(fleet.config.timeout * 5) { try await fleet.database.logBounds()?.newest ?? 0 }
+        let nodes = try? await Deadline.run(fleet.config.timeout * 5) { try await fleet.database.nodes() }
         let delays: JSONValue = control.lifecycle.fleetInvalidations?.applyDelays.map { d in
             ["count": .int(Int64(d.count)), "p50": .double(d.p50), "p99": .double(d.p99), "max": .double(d.max)]
         } ?? .null
         return json(["apply_delay_ms": delays, "name": .string(fleet.config.name), "node": .string(fleet.config.node),
                      "state": .string(fleet.isReachable ? "ok" : "degraded"), "session_version": .int(fleet.appliedVersion),
                      "applied_seq": .int(control.lifecycle.fleetInvalidations?.appliedSeq ?? 0),
-                     "token_requests": requests.map { .int(Int64($0)) } ?? .null])
+                     "token_requests": requests.map { .int(Int64($0)) } ?? .null, "seq": seq.map { .int($0) } ?? .null,
+                     "nodes": nodes.map { .array($0.map(Self.describe)) } ?? .null])
+    }
+
+    /// A node of the fleet in `GET /fleet`: `ok` when it reported in the last 5 s (each node
+    /// reports every second), else `silent`.
+    static func describe(_ node: FleetDatabase.NodeRow) -> JSONValue {
+        let seen = ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: node.lastSeen))
+        return ["node": .string(node.node), "last_seen": .string(seen), "applied_seq": .int(node.appliedSeq),
+                "state": .string(node.silentFor < 5 ? "ok" : "silent")]
     }
 
     func reload() async -> Response {

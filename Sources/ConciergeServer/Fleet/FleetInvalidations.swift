@@ -16,6 +16,7 @@ actor FleetInvalidations {
     let local: FleetLocalStore
     let cache: CacheStore
     let config: ConciergeConfig.Fleet
+    let stats: ProxyStats
     let logger: Logger
     private var applied: Int64
     private let appliedMirror = Mutex<Int64>(0)
@@ -23,8 +24,8 @@ actor FleetInvalidations {
     /// application here (the database's clock to this node's: one clock on one machine).
     private let delays = Mutex<[Double]>([])
 
-    init(database: FleetDatabase, local: FleetLocalStore, cache: CacheStore, config: ConciergeConfig.Fleet, logger: Logger) {
-        (self.database, self.local, self.cache, self.config, self.logger) = (database, local, cache, config, logger)
+    init(stats: ProxyStats, database: FleetDatabase, local: FleetLocalStore, cache: CacheStore, config: ConciergeConfig.Fleet, logger: Logger) {
+        (self.stats, self.database, self.local, self.cache, self.config, self.logger) = (stats, database, local, cache, config, logger)
         applied = (try? local.appliedSeq()) ?? 0
         appliedMirror.withLock { [applied] in $0 = applied }
     }
@@ -90,10 +91,34 @@ actor FleetInvalidations {
         }
         catchingUp = true
         defer { catchingUp = false }
+        let began = applied
         repeat {
             askedAgain = false
             await catchUpOnce()
         } while askedAgain
+        if applied > began { await report() }
+    }
+
+    /// Tells the fleet this node is alive and how far it applied the log (each heartbeat, and
+    /// after each catch-up that advanced, so `?wait=fleet` learns of it at once).
+    func report() async {
+        let seq = applied
+        _ = try? await Deadline.run(config.timeout * 5) { try await self.database.reportNode(appliedSeq: seq) }
+    }
+
+    /// Waits (up to `limit`) until every other node seen in the last minute has applied `seq`.
+    /// - Returns: the nodes that still have not (`nil`: PostgreSQL did not answer).
+    nonisolated func waitUntilApplied(_ seq: Int64, limit: Duration = .seconds(5)) async -> [String]? {
+        let deadline = ContinuousClock.now + limit
+        var lagging: [String]? = nil
+        while true {
+            lagging = try? await Deadline.run(config.timeout * 5) {
+                try await self.database.lagging(behind: seq, seenWithin: .seconds(60))
+            }
+            if lagging?.isEmpty == true || ContinuousClock.now >= deadline { return lagging }
+            try? await Task.sleep(for: .milliseconds(10))
+            if Task.isCancelled { return lagging }
+        }
     }
 
     private func catchUpOnce() async {
@@ -113,6 +138,7 @@ actor FleetInvalidations {
                     if logged.origin != config.node {
                         await apply(logged)
                         let delay = max(0, Date().timeIntervalSince1970 - logged.loggedAt)
+                        stats.recordFleetApplyDelay(delay)
                         delays.withLock { d in
                             if d.count >= 1_000 { d.removeFirst(d.count - 999) }
                             d.append(delay)

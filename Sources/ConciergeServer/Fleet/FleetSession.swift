@@ -18,6 +18,7 @@ final class FleetSession: Sendable {
     let seal: TokenSeal
     let config: ConciergeConfig.Fleet
     let session: SessionState
+    let stats: ProxyStats
     let logger: Logger
     /// The last version of the fleet's row this node wrote or adopted.
     private let applied = Mutex<Int64>(0)
@@ -27,8 +28,8 @@ final class FleetSession: Sendable {
     private let reachable = Mutex(false)
     private let lastWarning = Mutex<ContinuousClock.Instant?>(nil)
 
-    init(database: FleetDatabase, seal: TokenSeal, config: ConciergeConfig.Fleet, session: SessionState, logger: Logger) {
-        (self.database, self.seal, self.config, self.session, self.logger) = (database, seal, config, session, logger)
+    init(database: FleetDatabase, seal: TokenSeal, config: ConciergeConfig.Fleet, session: SessionState, stats: ProxyStats, logger: Logger) {
+        (self.database, self.seal, self.config, self.session, self.stats, self.logger) = (database, seal, config, session, stats, logger)
     }
 
     var isReachable: Bool { reachable.withLock { $0 } }
@@ -56,8 +57,10 @@ final class FleetSession: Sendable {
     /// Renews the token `stale` once for the whole fleet: under the row's lock, a token the
     /// fleet already replaced is adopted (no token request); otherwise `fetch` (this node's
     /// token request, which stores its result locally) runs and its result is stored for all.
+    /// With `loopGuard` (an expiry signal asked for it), a token request to replace a token the
+    /// fleet got from a token request counts against the loop guard for the whole fleet.
     /// - Returns: `nil` when PostgreSQL did not answer in time: the caller renews alone.
-    func renew(stale: String?, kind: SessionTokens.Kind, tokenTimeout: Duration,
+    func renew(stale: String?, kind: SessionTokens.Kind, loopGuard: ConciergeConfig.RefreshLimit?, tokenTimeout: Duration,
                fetch: @escaping @Sendable () async -> TokenRefresher.Outcome) async -> TokenRefresher.Outcome? {
         let lockWait = tokenTimeout + config.timeout
         // What this node's own token request gave, if it made one: never made twice, and not
@@ -79,7 +82,7 @@ final class FleetSession: Sendable {
                 try await Deadline.run(self.config.timeout) { try await self.database.ping() }
                 let outcome = try await Deadline.run(lockWait + tokenTimeout + self.config.timeout) {
                     try await self.database.withSessionLock(lockWait: lockWait) { row in
-                        try await Self.$renewing.withValue(true) { try await self.decide(row, stale: stale, kind: kind, fetch: fetchOnce) }
+                        try await Self.$renewing.withValue(true) { try await self.decide(row, stale: stale, kind: kind, loopGuard: loopGuard, fetch: fetchOnce) }
                     }
                 }
                 signal.yield(.done(.success(outcome)))
@@ -125,7 +128,7 @@ final class FleetSession: Sendable {
         return nil
     }
 
-    private func decide(_ row: FleetDatabase.SessionRow, stale: String?, kind: SessionTokens.Kind,
+    private func decide(_ row: FleetDatabase.SessionRow, stale: String?, kind: SessionTokens.Kind, loopGuard: ConciergeConfig.RefreshLimit?,
                         fetch: @Sendable () async -> TokenRefresher.Outcome) async throws -> FleetDatabase.Renewal<TokenRefresher.Outcome> {
         let fleetTokens = opened(row.tokens).flatMap { $0.kind == kind ? $0 : nil }
         if let fleetTokens, fleetTokens.accessToken != stale {
@@ -133,7 +136,16 @@ final class FleetSession: Sendable {
             try await adopt(fleetTokens, version: row.version)
             return .keep(.refreshed(fleetTokens.accessToken))
         }
+        if let loopGuard, fleetTokens != nil, row.fromCall {
+            // A token the fleet just got met an expiry signal: the loop guard counts it fleet-wide.
+            let counted = try await database.countLoopSignal(within: loopGuard.within)
+            if counted.count >= loopGuard.count {
+                warnThrottled(loopGuard)
+                return .keep(.throttled(retryAfter: max(1, Int(counted.secondsToExpiry.rounded(.up)))))
+            }
+        }
         let outcome = await fetch()
+        stats.countFleetTokenRequest()
         switch outcome {
         case .refreshed:
             return .store(sealed(session.current), outcome)
@@ -141,6 +153,22 @@ final class FleetSession: Sendable {
             return .store(nil, outcome)
         case .unavailable, .throttled:
             return .keep(outcome)
+        }
+    }
+
+    private let throttledWarning = Mutex<ContinuousClock.Instant?>(nil)
+
+    /// Once per window: the fleet's loop guard refused a token request.
+    private func warnThrottled(_ limit: ConciergeConfig.RefreshLimit) {
+        let now = ContinuousClock.now
+        let due = throttledWarning.withLock { last -> Bool in
+            guard last.map({ now - $0 >= limit.within }) ?? true else { return false }
+            last = now
+            return true
+        }
+        if due {
+            logger.warning("token calls throttled for the fleet: the upstream keeps signalling expiry right after new tokens",
+                           metadata: ["max_refreshes": "\(limit.count)", "within": "\(limit.within)"])
         }
     }
 
@@ -256,17 +284,20 @@ struct FleetService: Service {
     let lifecycle: SessionLifecycle
 
     func run() async throws {
-        await withDiscardingTaskGroup { group in
-            group.addTask { await fleet.database.run() }
-            group.addTask {
+        let tasks = [
+            Task { await fleet.database.run() },
+            Task {
                 await migrate()
                 await fleet.database.listen { announcement in await heard(announcement) }
-            }
-            group.addTask { await collectGarbage() }
-            group.addTask { await heartbeat() }
-            try? await gracefulShutdown()
-            group.cancelAll()
-        }
+            },
+            Task { await collectGarbage() },
+            Task { await heartbeat() },
+        ]
+        try? await gracefulShutdown()
+        for task in tasks { task.cancel() }
+        // Not a task group: a call the cancelled pool never answers (a lease asked for as it
+        // stops is neither granted nor failed) must not hold the daemon's shutdown. 2 s at most.
+        _ = try? await Deadline.run(.seconds(2)) { for task in tasks { await task.value } }
     }
 
     private func heard(_ announcement: FleetDatabase.Announcement) async {
@@ -287,7 +318,7 @@ struct FleetService: Service {
         var backoff = Duration.milliseconds(200)
         while !Task.isCancelled {
             do {
-                try await fleet.database.migrate()
+                try await Deadline.run(.seconds(30)) { try await fleet.database.migrate() }
                 return
             } catch {
                 fleet.logger.warning("fleet: schema not ready; retrying", metadata: ["error": "\(String(describing: error).prefix(200))"])
@@ -306,6 +337,7 @@ struct FleetService: Service {
             do {
                 try await Deadline.run(fleet.config.timeout * 5) { try await fleet.database.ping() }
                 await heard(.connected)
+                await invalidations.report()
             } catch {
                 if !Task.isCancelled { fleet.markUnreachable("PostgreSQL does not answer", error) }
             }

@@ -10,7 +10,8 @@ import Synchronization
 ///    scope and key;
 /// 3. the fast path (``fastPath(_:)``);
 /// 4. lookup: a fresh entry answers (``CachedReply``), a stale one may answer while it is
-///    revalidated (``RevalidationService``);
+///    revalidated (``RevalidationService``); in a fleet with a shared cache, a fresh shared
+///    entry answers next (``FleetSharedCache``) and is kept here;
 /// 5. coalesce: concurrent misses share one upstream call (``MissCoalescer``);
 /// 6. exchange (``UpstreamExchange``): inject, sign, send, read the envelope, renew and
 ///    replay, log out;
@@ -30,9 +31,11 @@ public final class ProxyPipeline: Sendable {
     let hitMemos = HitMemos()
     /// Runs stale-while-revalidate refreshes (a service of the daemon's group).
     let revalidation: RevalidationService
+    /// The fleet's shared cache, with `fleet.shared_cache: true`.
+    let shared: FleetSharedCache?
 
-    init(runtime: Runtime, cache: CacheStore, exchange: UpstreamExchange, revalidation: RevalidationService) {
-        (self.runtime, self.cache, self.exchange, self.revalidation) = (runtime, cache, exchange, revalidation)
+    init(runtime: Runtime, cache: CacheStore, exchange: UpstreamExchange, revalidation: RevalidationService, shared: FleetSharedCache? = nil) {
+        (self.runtime, self.cache, self.exchange, self.revalidation, self.shared) = (runtime, cache, exchange, revalidation, shared)
         (session, events) = (exchange.lifecycle.session, exchange.lifecycle.events)
     }
 
@@ -91,6 +94,10 @@ public final class ProxyPipeline: Sendable {
             revalidateInBackground(p, key: key)
             return CachedReply.make(entry, p, status: .stale, now: now, detail: "stale-while-revalidate")
         }
+        if let shared, let found = await shared.lookup(key), found.isFresh(at: now) {
+            cache.store(found)
+            return CachedReply.make(found, p, status: .hit, now: now, detail: "fleet")
+        }
         let fetched = await coalescer.run(key: key) { await self.fetchAndStore(p, key: key) }
         if case .upstreamDown = fetched.result, let entry, now < entry.freshUntil + entry.staleIfError {
             return CachedReply.make(entry, p, status: .stale, now: now, detail: "stale-if-error")
@@ -105,6 +112,7 @@ public final class ProxyPipeline: Sendable {
     }
 
     nonisolated(nonsending) private func fetchAndStore(_ p: PreparedRequest, key: String) async -> Fetched {
+        let seen = shared?.appliedSeq
         let result = await exchange.run(p)
         guard case .success(_, let storable?) = result else { return Fetched(result: result, stored: false) }
         let policy = p.endpoint.cache
@@ -112,7 +120,9 @@ public final class ProxyPipeline: Sendable {
                                headers: storable.headers, body: storable.body, storedAt: cache.clock.now,
                                ttl: policy.ttl.seconds, staleWhileRevalidate: policy.staleWhileRevalidate.seconds,
                                staleIfError: policy.staleIfError.seconds, version: policy.version ?? p.config.settings.cache.version)
-        return Fetched(result: result, stored: cache.store(entry))
+        let stored = cache.store(entry)
+        if stored, let shared, let seen { shared.store(entry, seen: seen) }
+        return Fetched(result: result, stored: stored)
     }
 
     private func withCacheHeaders(_ fetched: Fetched, _ status: CacheStatus, cacheStatus: String) -> ProxyAnswer {

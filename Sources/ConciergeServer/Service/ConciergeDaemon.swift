@@ -72,9 +72,10 @@ public final class ConciergeDaemon: Sendable {
         revocation = TokenRevocation(transport: transport, runtime: runtime, logger: logger)
         var lifecycle = SessionLifecycle(session: session, cache: cache, stats: stats, events: events, logger: logger, revocation: revocation,
                                          clock: clock)
-        lifecycle.fleet = try Self.fleetSession(config, session: session, logger: logger)
+        lifecycle.fleet = try Self.fleetSession(config, session: session, stats: stats, logger: logger)
         if let fleet = lifecycle.fleet {
-            lifecycle.fleetInvalidations = FleetInvalidations(database: fleet.database, local: FleetLocalStore(database: database, fleet: fleet.config.name),
+            stats.enableFleetMetrics()
+            lifecycle.fleetInvalidations = FleetInvalidations(stats: stats, database: fleet.database, local: FleetLocalStore(database: database, fleet: fleet.config.name),
                                                               cache: cache, config: fleet.config, logger: logger)
         }
         self.lifecycle = lifecycle
@@ -92,7 +93,7 @@ public final class ConciergeDaemon: Sendable {
 
     /// The fleet's side of the session, with `fleet:`; a key file that cannot be used is a
     /// config error (exit 78).
-    static func fleetSession(_ config: ConciergeConfig, session: SessionState, logger: Logger) throws -> FleetSession? {
+    static func fleetSession(_ config: ConciergeConfig, session: SessionState, stats: ProxyStats, logger: Logger) throws -> FleetSession? {
         guard let fleet = config.fleet else { return nil }
         let seal: TokenSeal
         do {
@@ -102,7 +103,8 @@ public final class ConciergeDaemon: Sendable {
         }
         if !seal.seals { logger.warning("fleet: no fleet.key_file: tokens are stored in PostgreSQL in clear") }
         logger.info("fleet", metadata: ["name": "\(fleet.name)", "node": "\(fleet.node)", "postgres": "\(fleet.postgres.masked)"])
-        return FleetSession(database: try FleetDatabase(config: fleet, logger: logger), seal: seal, config: fleet, session: session, logger: logger)
+        return FleetSession(database: try FleetDatabase(config: fleet, logger: logger), seal: seal, config: fleet, session: session,
+                            stats: stats, logger: logger)
     }
 
     let requestLogger: Logger
@@ -119,7 +121,11 @@ public final class ConciergeDaemon: Sendable {
         let exchange = UpstreamExchange(transport: transport, refresher: refresher, lifecycle: lifecycle,
                                         success: EnvelopeSuccess(lifecycle: lifecycle, stats: stats, logger: logger),
                                         health: health, logger: logger)
-        return ProxyPipeline(runtime: runtime, cache: cache, exchange: exchange, revalidation: RevalidationService())
+        var shared: FleetSharedCache? = nil
+        if let fleet = lifecycle.fleet, fleet.config.sharedCache, let invalidations = lifecycle.fleetInvalidations {
+            shared = FleetSharedCache(fleet: fleet, invalidations: invalidations)
+        }
+        return ProxyPipeline(runtime: runtime, cache: cache, exchange: exchange, revalidation: RevalidationService(), shared: shared)
     }
 
     static func level(_ level: ConciergeConfig.Log.Level) -> Logger.Level {
@@ -289,6 +295,9 @@ public final class ConciergeDaemon: Sendable {
     func refreshCacheGauges() {
         stats.setCacheSize(entries: cache.entryCount, bytes: cache.byteCount)
         stats.setStorageHealth(degraded: storageDegraded, failedWrites: database.health.failureCount)
+        if let fleet = lifecycle.fleet {
+            stats.setFleet(up: fleet.isReachable, appliedSeq: lifecycle.fleetInvalidations?.appliedSeq ?? 0)
+        }
     }
 
     /// Writes to SQLite are failing, or the live session is not saved yet.

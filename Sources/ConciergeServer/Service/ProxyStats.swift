@@ -134,6 +134,47 @@ public final class ProxyStats: Sendable {
         upstreamLatency.recordNanoseconds(duration.nanoseconds)
     }
 
+    /// The fleet's metrics, registered once a daemon has `fleet:`.
+    private struct FleetMetrics: Sendable {
+        let up: Gauge
+        let appliedSeq: Gauge
+        let tokenRequests: Prometheus.Counter
+        let applyDelay: DurationHistogram
+    }
+
+    private let fleet = Mutex<FleetMetrics?>(nil)
+
+    /// Registers `concierge_fleet_up`, `concierge_fleet_applied_seq`,
+    /// `concierge_fleet_token_requests_total` and `concierge_fleet_invalidation_delay_seconds`.
+    public func enableFleetMetrics() {
+        fleet.withLock { metrics in
+            guard metrics == nil else { return }
+            let buckets: [Duration] = [.milliseconds(1), .milliseconds(2), .milliseconds(5), .milliseconds(10), .milliseconds(25),
+                                       .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1), .seconds(5)]
+            metrics = FleetMetrics(
+                up: registry.makeGauge(name: "concierge_fleet_up", help: "1 while the fleet's PostgreSQL answers, else 0."),
+                appliedSeq: registry.makeGauge(name: "concierge_fleet_applied_seq", help: "The last fleet invalidation applied here."),
+                tokenRequests: registry.makeCounter(name: "concierge_fleet_token_requests_total",
+                                                    help: "Token requests this node made for the fleet."),
+                applyDelay: registry.makeDurationHistogram(name: "concierge_fleet_invalidation_delay_seconds", buckets: buckets,
+                                                           help: "From another node's invalidation commit to its application here, in seconds."))
+        }
+    }
+
+    public func setFleet(up: Bool, appliedSeq: Int64) {
+        guard let metrics = fleet.withLock({ $0 }) else { return }
+        metrics.up.record(Int64(up ? 1 : 0))
+        metrics.appliedSeq.record(appliedSeq)
+    }
+
+    public func countFleetTokenRequest() {
+        fleet.withLock { $0 }?.tokenRequests.increment()
+    }
+
+    public func recordFleetApplyDelay(_ seconds: Double) {
+        fleet.withLock { $0 }?.applyDelay.recordNanoseconds(Int64(seconds * 1e9))
+    }
+
     public func setCacheSize(entries: Int, bytes: Int) {
         entriesGauge.record(Int64(entries))
         bytesGauge.record(Int64(bytes))

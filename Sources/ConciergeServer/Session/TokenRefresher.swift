@@ -92,7 +92,8 @@ public actor TokenRefresher {
         if expirySignal, let staleToken, staleToken == lastIssued { loopSignals.append(now) }
         if let wait = throttle(limit: config.maxRefreshes, now: now) { return .throttled(retryAfter: wait) }
         let generation = session.generation
-        let task = Task { await self.coordinated(current, stale: staleToken, generation: generation) }
+        let loopGuard = expirySignal ? config.maxRefreshes : nil
+        let task = Task { await self.coordinated(current, stale: staleToken, loopGuard: loopGuard, generation: generation) }
         inFlight = task
         let outcome = await task.value
         inFlight = nil
@@ -142,10 +143,14 @@ public actor TokenRefresher {
 
     /// In a fleet, the token request is made once for every node (``FleetSession/renew``); when
     /// PostgreSQL does not answer, this node renews alone and hands the result to the fleet later.
-    private func coordinated(_ current: SessionTokens?, stale: String?, generation: Int) async -> Outcome {
+    /// - Parameter loopGuard: the loop guard to count against fleet-wide, when an expiry signal
+    ///   (not `refresh_ahead`) asked for the renewal.
+    private func coordinated(_ current: SessionTokens?, stale: String?, loopGuard: ConciergeConfig.RefreshLimit?,
+                             generation: Int) async -> Outcome {
         guard let fleet = lifecycle.fleet else { return await perform(current, generation: generation) }
         let settings = runtime.current.settings
-        if let outcome = await fleet.renew(stale: stale, kind: settings.session.kind, tokenTimeout: settings.limits.defaultTimeout,
+        if let outcome = await fleet.renew(stale: stale, kind: settings.session.kind, loopGuard: loopGuard,
+                                           tokenTimeout: settings.limits.defaultTimeout,
                                            fetch: { await self.perform(current, generation: generation) }) {
             return outcome
         }

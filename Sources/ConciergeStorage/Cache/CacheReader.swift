@@ -71,18 +71,9 @@ final class CacheReader: Sendable {
     }
 
     static func entry(from row: Row) -> CacheEntry {
-        let headerText: String = row["headers"]
-        // Written by the writer as a JSON list of [name, value] pairs.
-        var pairs: [[String]] = []
-        if case .array(let items)? = JSONValue.parse(headerText) {
-            pairs = items.map { item in
-                if case .array(let parts) = item { return parts.compactMap(\.stringValue) }
-                return []
-            }
-        }
         let body: Data = row["body"] ?? Data()
         return CacheEntry(key: row["key"], endpoint: row["endpoint"], userID: row["user_id"], status: row["status"],
-                          headers: HTTPHeaders(pairs.compactMap { $0.count == 2 ? ($0[0], $0[1]) : nil }),
+                          headers: CacheEntry.headers(fromPairs: row["headers"]),
                           body: ByteBuffer(bytes: body), storedAt: row["stored_at"], ttl: row["ttl"],
                           staleWhileRevalidate: row["swr"], staleIfError: row["sie"], version: row["version"])
     }

@@ -1,4 +1,5 @@
 import ConciergeCore
+import Foundation
 import Logging
 import NIOCore
 import NIOSSL
@@ -64,7 +65,7 @@ public final class FleetDatabase: Sendable {
 
     // MARK: Schema
 
-    static let schemaVersion = 1
+    static let schemaVersion = 2
 
     /// Creates the schema, serialised between nodes that start together.
     public func migrate() async throws {
@@ -88,11 +89,23 @@ public final class FleetDatabase: Sendable {
                     fleet text NOT NULL, seq bigint NOT NULL, origin text NOT NULL, criteria text NOT NULL,
                     at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (fleet, seq))
                 """, logger: logger)
+            // Version 2: the nodes, and the loop guard's count for the fleet.
+            try await db.query("ALTER TABLE concierge.session ADD COLUMN IF NOT EXISTS from_call boolean NOT NULL DEFAULT false",
+                               logger: logger)
+            try await db.query("""
+                CREATE TABLE IF NOT EXISTS concierge.node (
+                    fleet text NOT NULL, node text NOT NULL, last_seen timestamptz NOT NULL DEFAULT now(),
+                    applied_seq bigint NOT NULL DEFAULT 0, PRIMARY KEY (fleet, node))
+                """, logger: logger)
+            try await db.query("CREATE TABLE IF NOT EXISTS concierge.loop_signal (fleet text NOT NULL, at timestamptz NOT NULL DEFAULT now())",
+                               logger: logger)
+            try await db.query(PostgresQuery(unsafeSQL: Self.sharedCacheTable), logger: logger)
             try await db.query("CREATE TABLE IF NOT EXISTS concierge.schema_version (version int NOT NULL)", logger: logger)
             try await db.query("""
                 INSERT INTO concierge.schema_version (version) SELECT \(Self.schemaVersion)
                 WHERE NOT EXISTS (SELECT 1 FROM concierge.schema_version)
                 """, logger: logger)
+            try await db.query("UPDATE concierge.schema_version SET version = greatest(version, \(Self.schemaVersion))", logger: logger)
         }
     }
 
@@ -103,12 +116,16 @@ public final class FleetDatabase: Sendable {
     public struct SessionRow: Sendable, Equatable {
         public var version: Int64
         public var tokens: String?
+        /// Whether the tokens came from a token request (a renewal), not a login or a `PUT`.
+        public var fromCall: Bool = false
     }
 
     /// The row, created empty when the fleet has none yet.
     public func readSession() async throws -> SessionRow {
-        let rows = try await client.query("SELECT version, tokens FROM concierge.session WHERE fleet = \(fleet)", logger: logger)
-        for try await (version, tokens) in rows.decode((Int64, String?).self) { return SessionRow(version: version, tokens: tokens) }
+        let rows = try await client.query("SELECT version, tokens, from_call FROM concierge.session WHERE fleet = \(fleet)", logger: logger)
+        for try await (version, tokens, fromCall) in rows.decode((Int64, String?, Bool).self) {
+            return SessionRow(version: version, tokens: tokens, fromCall: fromCall)
+        }
         return SessionRow(version: 0, tokens: nil)
     }
 
@@ -118,7 +135,7 @@ public final class FleetDatabase: Sendable {
     public func writeSession(_ tokens: String?) async throws -> Int64 {
         try await client.withTransaction(logger: logger) { db in
             try await Self.ensureRow(db, fleet: fleet, logger: logger)
-            return try await Self.update(db, fleet: fleet, node: node, tokens: tokens, logger: logger)
+            return try await Self.update(db, fleet: fleet, node: node, tokens: tokens, fromCall: false, logger: logger)
         }
     }
 
@@ -138,15 +155,18 @@ public final class FleetDatabase: Sendable {
             try await Self.ensureRow(db, fleet: fleet, logger: logger)
             let milliseconds = max(1, Int(lockWait.components.seconds * 1000 + lockWait.components.attoseconds / 1_000_000_000_000_000))
             try await db.query(PostgresQuery(unsafeSQL: "SET LOCAL lock_timeout = '\(milliseconds)ms'"), logger: logger)
-            let rows = try await db.query("SELECT version, tokens FROM concierge.session WHERE fleet = \(fleet) FOR UPDATE", logger: logger)
+            let rows = try await db.query("SELECT version, tokens, from_call FROM concierge.session WHERE fleet = \(fleet) FOR UPDATE",
+                                          logger: logger)
             var row = SessionRow(version: 0, tokens: nil)
-            for try await (version, tokens) in rows.decode((Int64, String?).self) { row = SessionRow(version: version, tokens: tokens) }
+            for try await (version, tokens, fromCall) in rows.decode((Int64, String?, Bool).self) {
+                row = SessionRow(version: version, tokens: tokens, fromCall: fromCall)
+            }
             switch try await body(row) {
             case .keep(let result):
                 return result
             case .store(let tokens, let result):
                 try await db.query("INSERT INTO concierge.token_request (fleet, node) VALUES (\(fleet), \(node))", logger: logger)
-                _ = try await Self.update(db, fleet: fleet, node: node, tokens: tokens, logger: logger)
+                _ = try await Self.update(db, fleet: fleet, node: node, tokens: tokens, fromCall: true, logger: logger)
                 return result
             }
         }
@@ -168,9 +188,11 @@ public final class FleetDatabase: Sendable {
         try await db.query("INSERT INTO concierge.session (fleet) VALUES (\(fleet)) ON CONFLICT (fleet) DO NOTHING", logger: logger)
     }
 
-    private static func update(_ db: PostgresConnection, fleet: String, node: String, tokens: String?, logger: Logger) async throws -> Int64 {
+    private static func update(_ db: PostgresConnection, fleet: String, node: String, tokens: String?, fromCall: Bool,
+                               logger: Logger) async throws -> Int64 {
         let rows = try await db.query("""
-            UPDATE concierge.session SET version = version + 1, tokens = \(tokens), updated_by = \(node), updated_at = now()
+            UPDATE concierge.session SET version = version + 1, tokens = \(tokens), from_call = \(fromCall), updated_by = \(node),
+                updated_at = now()
             WHERE fleet = \(fleet) RETURNING version
             """, logger: logger)
         var version: Int64 = 0
@@ -198,6 +220,8 @@ public final class FleetDatabase: Sendable {
                 """, logger: logger)
             var seq: Int64 = 0
             for try await value in rows.decode(Int64.self) { seq = value }
+            // Whatever this node's setting: a shared entry the fleet meant to remove never outlives the log row.
+            try await Self.deleteShared(db, fleet: fleet, criteria: criteria, logger: logger)
             try await db.query("SELECT pg_notify(\(Self.invalidationChannel), \(fleet + ":" + String(seq)))", logger: logger)
             return seq
         }
@@ -244,6 +268,7 @@ public final class FleetDatabase: Sendable {
             var got = false
             for try await value in locked.decode(Bool.self) { got = value }
             guard got else { return 0 }
+            try await Self.expireShared(db, fleet: fleet, now: Date().timeIntervalSince1970, logger: logger)
             let rows = try await db.query("""
                 WITH deleted AS (
                     DELETE FROM concierge.invalidation WHERE fleet = \(fleet) AND at < now() - make_interval(secs => \(seconds))
