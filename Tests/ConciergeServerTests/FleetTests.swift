@@ -113,14 +113,27 @@ struct FleetTests {
         }
     }
 
-    @Test("PostgreSQL killed: requests go on, an expired token is renewed by the node alone, /fleet is degraded, then ok and caught up")
+    @Test("PostgreSQL killed for 10 s: requests go on, an expired token is renewed by the node alone, /fleet is degraded, then ok and caught up")
     func postgresDown() async throws {
         try await Self.withFleet(nodes: 1) { rigs, cluster, api in
             let rig = rigs[0]
             #expect(try await rig.get("/cgi-bin/items?warm=1").status == 200)
             let before = try #require(try await rig.admin(.GET, "/fleet").json?[path: "session_version"]?.intValue)
             try await cluster.kill()
-            for i in 0..<20 { #expect(try await rig.get("/cgi-bin/items?down=\(i)").status == 200) }
+            // Down for 10 s of misses and hits, none failed, none slow.
+            let killedAt = ContinuousClock.now
+            var slowest = Duration.zero
+            var i = 0
+            while ContinuousClock.now - killedAt < .seconds(10) {
+                let began = ContinuousClock.now
+                #expect(try await rig.get("/cgi-bin/items?down=\(i)").status == 200)
+                #expect(try await rig.get("/cgi-bin/items?warm=1").header("X-Cache") == "HIT")
+                slowest = max(slowest, ContinuousClock.now - began)
+                i += 1
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            print("fleet: PostgreSQL down 10 s: \(i) misses and \(i) hits, slowest pair \(slowest)")
+            #expect(slowest < .seconds(2))
             api.state.advanceClock(by: .seconds(3 * 3600))
             let began = ContinuousClock.now
             #expect(try await rig.get("/cgi-bin/items?expired=1").status == 200)
@@ -181,7 +194,7 @@ extension FleetTests {
 }
 
 extension FleetTests {
-    @Test("PostgreSQL frozen (SIGSTOP): misses, a renewal and an invalidation never wait past fleet.timeout; /health says degraded; all caught up after")
+    @Test("PostgreSQL frozen (SIGSTOP) for 20 s: misses, hits, a renewal and an invalidation never wait past fleet.timeout; /health says degraded; all caught up after")
     func postgresFrozen() async throws {
         try await Self.withFleet(nodes: 2) { rigs, cluster, api in
             #expect(try await rigs[0].get("/cgi-bin/items?warm=1").status == 200)
@@ -196,8 +209,17 @@ extension FleetTests {
                 if !what.isEmpty { took.append("\(what) \(ContinuousClock.now - began)") }
                 return result
             }
+            let frozenAt = ContinuousClock.now
             do {
-                for i in 0..<10 { #expect(try await timed { try await rigs[0].get("/cgi-bin/items?frozen=\(i)") }.status == 200) }
+                // Frozen for 20 s of misses and hits (the heartbeat's pings pile up meanwhile).
+                var i = 0
+                while ContinuousClock.now - frozenAt < .seconds(20) {
+                    #expect(try await timed { try await rigs[0].get("/cgi-bin/items?frozen=\(i)") }.status == 200)
+                    #expect(try await timed { try await rigs[0].get("/cgi-bin/items?warm=1") }.header("X-Cache") == "HIT")
+                    i += 1
+                    try await Task.sleep(for: .milliseconds(50))
+                }
+                took.append("\(i) misses and \(i) hits in 20 s")
                 api.state.advanceClock(by: .seconds(3 * 3600))
                 #expect(try await timed("renewal") { try await rigs[0].get("/cgi-bin/items?renewed=1") }.status == 200)
                 let invalidation = try await timed("invalidation") { try await rigs[0].admin(.POST, "/cache/invalidate", json: ["pattern": "cached=1"]) }

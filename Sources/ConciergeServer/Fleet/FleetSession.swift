@@ -316,12 +316,21 @@ struct FleetService: Service {
     /// Creates the schema, retrying with a backoff while PostgreSQL is unreachable.
     private func migrate() async {
         var backoff = Duration.milliseconds(200)
+        var reported = false
         while !Task.isCancelled {
             do {
+                try await Deadline.run(.seconds(10)) { try await fleet.database.probe() }
                 try await Deadline.run(.seconds(30)) { try await fleet.database.migrate() }
                 return
             } catch {
-                fleet.logger.warning("fleet: schema not ready; retrying", metadata: ["error": "\(String(describing: error).prefix(200))"])
+                let detail: Logger.Metadata = ["error": "\(String(reflecting: error).prefix(200))"]
+                if let refusal = FleetDatabase.refusal(error) {
+                    // Not an outage: nothing will change until the configuration does. Said once.
+                    if !reported { fleet.logger.error("fleet: \(refusal); serving on alone, retrying", metadata: detail) }
+                } else if !reported {
+                    fleet.logger.warning("fleet: PostgreSQL unreachable, schema not ready; serving on alone, retrying", metadata: detail)
+                }
+                reported = true
                 try? await Task.sleep(for: backoff)
                 backoff = min(backoff * 2, .seconds(10))
             }

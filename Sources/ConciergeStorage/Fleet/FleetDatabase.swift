@@ -172,6 +172,15 @@ public final class FleetDatabase: Sendable {
         }
     }
 
+    /// Connects once on a connection of its own (not the pool's, which retries quietly and
+    /// queues callers meanwhile): fails at once with what PostgreSQL said (a refused user, no
+    /// TLS) or why it could not be reached.
+    public func probe() async throws {
+        let probing = try await PostgresConnection.connect(configuration: connection, id: 2, logger: logger)
+        defer { Task { try? await probing.close() } }
+        try await probing.query("SELECT 1", logger: logger)
+    }
+
     /// One round trip: whether PostgreSQL answers now.
     public func ping() async throws {
         try await client.query("SELECT 1", logger: logger)
@@ -318,13 +327,32 @@ public final class FleetDatabase: Sendable {
             } catch {
                 if Task.isCancelled { return }
                 if !reported {
-                    logger.warning("fleet: PostgreSQL unreachable; serving on, reconnecting", metadata: ["error": "\(String(reflecting: error).prefix(200))"])
+                    if let refusal = Self.refusal(error) {
+                        logger.error("fleet: \(refusal); serving on, retrying", metadata: ["error": "\(String(reflecting: error).prefix(200))"])
+                    } else {
+                        logger.warning("fleet: PostgreSQL unreachable; serving on, reconnecting", metadata: ["error": "\(String(reflecting: error).prefix(200))"])
+                    }
                     reported = true
                 }
             }
             try? await Task.sleep(for: backoff)
             backoff = min(backoff * 2, .seconds(10))
         }
+    }
+
+    /// What PostgreSQL refused this node for, when it answered but would not let it in (wrong
+    /// user or password, no TLS where `sslmode` requires it, a failed handshake): an error to
+    /// fix, not an outage to wait out. `nil` for anything else.
+    public static func refusal(_ error: any Error) -> String? {
+        if let psql = error as? PSQLError {
+            if let state = psql.serverInfo?[.sqlState], state.hasPrefix("28") {
+                return "PostgreSQL refused the user or password of fleet.postgres (SQLSTATE \(state))"
+            }
+            if psql.code == .sslUnsupported { return "PostgreSQL offers no TLS, which fleet.postgres requires (sslmode)" }
+            if psql.underlying is NIOSSLError { return "the TLS handshake with PostgreSQL failed (fleet.postgres sslmode, sslrootcert)" }
+        }
+        if error is NIOSSLError { return "the TLS handshake with PostgreSQL failed (fleet.postgres sslmode, sslrootcert)" }
+        return nil
     }
 
     /// The version or sequence number of an announcement `fleet:N` for this fleet.
