@@ -76,7 +76,7 @@ extension FleetTests {
 
     @Test("shared cache with PostgreSQL killed: misses go to the upstream without waiting past fleet.timeout, and nothing fails")
     func sharedCacheWithoutPostgres() async throws {
-        try await Self.withFleet(nodes: 2, sharedCache: true) { rigs, cluster, api in
+        try await Self.withFleet(nodes: 2, sharedCache: true, timeout: "200ms") { rigs, cluster, api in
             #expect(try await rigs[0].get("/cgi-bin/items?before=1").status == 200)
             try await cluster.kill()
             var slowest = Duration.zero

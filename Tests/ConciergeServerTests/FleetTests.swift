@@ -10,7 +10,9 @@ import Testing
 @Suite("Fleet on PostgreSQL", .serialized, .enabled(if: PostgresCluster.isAvailable || ProcessInfo.processInfo.environment["CI"] != nil))
 struct FleetTests {
     /// A fleet of `nodes` daemons on one cluster and one sample API.
-    static func withFleet(nodes: Int = 3, refreshDelay: Duration = .zero, sharedCache: Bool = false,
+    /// `timeout` is `fleet.timeout`: 1 s by default, so a machine loaded by the rest of the suite
+    /// does not turn a slow answer into an outage; the outage tests give the real default, 200 ms.
+    static func withFleet(nodes: Int = 3, refreshDelay: Duration = .zero, sharedCache: Bool = false, timeout: String = "1s",
                           _ body: ([ConciergeTestRig], PostgresCluster, RunningSampleAPI) async throws -> Void) async throws {
         let cluster = try await PostgresCluster.start()
         let api = try await SampleAPI.start(configuration: SampleAPIConfiguration(refreshDelay: refreshDelay, dialect: .wechat))
@@ -21,7 +23,7 @@ struct FleetTests {
         do {
             for node in 0..<nodes {
                 let fleet = "fleet:\n  postgres: \"\(cluster.url)\"\n  name: test\n  node: node-\(node)\n  key_file: \(keyFile)\n"
-                    + "  shared_cache: \(sharedCache)\n"
+                    + "  shared_cache: \(sharedCache)\n  timeout: \(timeout)\n"
                 rigs.append(try await ConciergeTestRig.start(endpoints: DialectTestConfig.weChatEndpoints,
                                                              extra: DialectTestConfig.weChat() + "\n" + fleet, api: api,
                                                              environment: DialectTestConfig.environment))
@@ -115,7 +117,7 @@ struct FleetTests {
 
     @Test("PostgreSQL killed for 10 s: requests go on, an expired token is renewed by the node alone, /fleet is degraded, then ok and caught up")
     func postgresDown() async throws {
-        try await Self.withFleet(nodes: 1) { rigs, cluster, api in
+        try await Self.withFleet(nodes: 1, timeout: "200ms") { rigs, cluster, api in
             let rig = rigs[0]
             #expect(try await rig.get("/cgi-bin/items?warm=1").status == 200)
             let before = try #require(try await rig.admin(.GET, "/fleet").json?[path: "session_version"]?.intValue)
@@ -196,7 +198,7 @@ extension FleetTests {
 extension FleetTests {
     @Test("PostgreSQL frozen (SIGSTOP) for 20 s: misses, hits, a renewal and an invalidation never wait past fleet.timeout; /health says degraded; all caught up after")
     func postgresFrozen() async throws {
-        try await Self.withFleet(nodes: 2) { rigs, cluster, api in
+        try await Self.withFleet(nodes: 2, timeout: "200ms") { rigs, cluster, api in
             #expect(try await rigs[0].get("/cgi-bin/items?warm=1").status == 200)
             #expect(try await rigs[1].get("/cgi-bin/items?cached=1").status == 200)
             try cluster.freeze()

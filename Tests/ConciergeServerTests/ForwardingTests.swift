@@ -119,6 +119,22 @@ struct ForwardingTests {
         }
     }
 
+    @Test("a cached endpoint without an envelope never stores a 206: a later request without Range gets the whole body")
+    func partialRepliesAreNotStored() async throws {
+        let endpoints = "- name: files\n  match: GET /api/download/**\n  envelope: false\n  cache: { ttl: 60s }"
+        try await ConciergeTestRig.with(endpoints: endpoints) { rig in
+            let part = try await rig.get("/api/download/file.bin?size=1000", headers: [("Range", "bytes=0-4")])
+            #expect(part.status == 206 && part.body.readableBytes == 5)
+            let whole = try await rig.get("/api/download/file.bin?size=1000")
+            #expect(whole.status == 200 && whole.body.readableBytes == 1000)
+            #expect(whole.header("X-Cache") == "MISS")
+            // The whole reply is stored, and a later one is served from it.
+            let again = try await rig.get("/api/download/file.bin?size=1000")
+            #expect(again.status == 200 && again.body.readableBytes == 1000 && again.header("X-Cache") == "HIT")
+            #expect(rig.api.state.calls("/api/download/file.bin") == 2)
+        }
+    }
+
     @Test("a streamed download passes Range through; an upload is streamed and arrives whole")
     func streamedTransfers() async throws {
         try await ConciergeTestRig.with { rig in

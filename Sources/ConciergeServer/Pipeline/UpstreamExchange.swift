@@ -119,7 +119,8 @@ struct UpstreamExchange: Sendable {
             // Non-JSON but cacheable: HTTP 2xx is the success.
             guard (200..<300).contains(response.status) else { return .done(.failure(upstreamAnswer)) }
             upstreamAnswer.report.succeeded = true
-            let storable = !Self.noStore(response.headers) && Self.servesEveryClient(response.headers)
+            let storable = Self.storableStatuses.contains(response.status) && !Self.noStore(response.headers)
+                && Self.servesEveryClient(response.headers)
             return .done(.success(upstreamAnswer, storable: storable ? Storable(status: response.status, headers: Self.storedHeaders(headers),
                                                                                    body: response.body) : nil))
         }
@@ -211,9 +212,17 @@ struct UpstreamExchange: Sendable {
         }
     }
 
+    /// `Cache-Control: no-store` or `private` (parsed by its grammar, ``CacheControl``): a shared
+    /// cache keeps no such reply.
     static func noStore(_ headers: HTTPHeaders) -> Bool {
-        headers["cache-control"].contains { $0.lowercased().contains("no-store") || $0.lowercased().contains("private") }
+        let directives = CacheControl(headers["cache-control"])
+        return directives.noStore || directives.isPrivate
     }
+
+    /// The statuses a reply without an envelope is stored with: complete representations only.
+    /// Never a `206` (a part, which a later request without `Range` must not get) nor a `201`
+    /// or `202` (the result of an action, not what the URL holds).
+    static let storableStatuses: Set<Int> = [200, 203, 204]
 
     /// Headers kept with a stored entry. The upstream's `Date` and `Age` stay: a cached
     /// reply carries that `Date` and an `Age` that adds the upstream's (see ``CachedReply``).
