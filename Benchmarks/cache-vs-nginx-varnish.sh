@@ -31,7 +31,13 @@
 # (libdispatch's overcommit workers, busy only when entries are stored; see
 # docs/benchmarks.md for how that was identified and what else could run there).
 #
-# Env: DURATION=10s CONNECTIONS=64 THREADS=1 SERVERS="concierge nginx varnish"
+# ORIGIN=nginx puts a fast origin behind all three instead of the sample API: one nginx worker
+# answering every request with `return 200` and a 1 KB JSON envelope
+# (`{"code":200,"msg":"ok","data":…}`, `Cache-Control: max-age=60`). The sample API costs
+# 44-59 us of CPU per request on the same 2 cores, which hides a proxy's own cost; the fast
+# origin shows it.
+#
+# Env: DURATION=10s CONNECTIONS=64 THREADS=1 SERVERS="concierge nginx varnish" ORIGIN=sample|nginx
 #      NGINX_WORKERS=auto VARNISH_STORAGE=malloc,256m STATE_BASE=/tmp THREAD_TOP=8
 #      SKIP_BUILD=0 RELEASE_DIR=.build/release OUT_DIR=bench-out/cache-vs-nginx-varnish-<time>
 # STATE_BASE=/dev/shm puts Concierge's SQLite file and nginx's cache on tmpfs (Varnish keeps
@@ -44,6 +50,8 @@ DURATION=${DURATION:-10s}
 CONNECTIONS=${CONNECTIONS:-64}
 THREADS=${THREADS:-1}
 SERVERS=${SERVERS:-concierge nginx varnish}
+ORIGIN=${ORIGIN:-sample}
+case $ORIGIN in sample | nginx) ;; *) die "ORIGIN must be sample or nginx, not $ORIGIN" ;; esac
 NGINX_WORKERS=${NGINX_WORKERS:-auto}
 VARNISH_STORAGE=${VARNISH_STORAGE:-malloc,256m}
 THREAD_TOP=${THREAD_TOP:-8}
@@ -55,7 +63,7 @@ has concierge || die "SERVERS must include concierge (the ratios are Concierge's
 for s in $SERVERS; do case $s in concierge | nginx | varnish) ;; *) die "unknown server $s in SERVERS" ;; esac; done
 
 cmds=(wrk:wrk curl:curl python3:python3)
-has nginx && cmds+=(nginx:nginx)
+{ has nginx || [ "$ORIGIN" = nginx ]; } && cmds+=(nginx:nginx)
 has varnish && cmds+=(varnishd:varnish cc:gcc)   # varnishd compiles its VCL with cc
 need_cmds "${cmds[@]}"
 ensure_release_build
@@ -68,8 +76,41 @@ SAMPLE_PORT=$(free_port)
 HIT_PATH="/api/items?limit=1"
 declare -A PORT ROOT
 
-# --- sample API ----------------------------------------------------------------------
-"$SAMPLE_BIN" --host 127.0.0.1 --port "$SAMPLE_PORT" > "$WORK/sample.log" 2>&1 &
+# --- origin: the sample API, or nginx answering at once --------------------------------------
+if [ "$ORIGIN" = nginx ]; then
+    mkdir -p "$WORK/origin/tmp"
+    [ "$(id -u)" = 0 ] && chown -R nobody:nogroup "$WORK/origin/tmp"
+    padding=$(head -c 900 /dev/zero | tr '\0' 'x')
+    cat > "$WORK/origin/nginx.conf" <<EOF
+$([ "$(id -u)" = 0 ] && echo "user nobody nogroup;")
+worker_processes 1;
+daemon off;
+pid $WORK/origin/nginx.pid;
+error_log $WORK/origin/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path $WORK/origin/tmp/body;
+    proxy_temp_path $WORK/origin/tmp/proxy;
+    fastcgi_temp_path $WORK/origin/tmp/fastcgi;
+    uwsgi_temp_path $WORK/origin/tmp/uwsgi;
+    scgi_temp_path $WORK/origin/tmp/scgi;
+    keepalive_requests 1000000;
+    server {
+        listen 127.0.0.1:$SAMPLE_PORT;
+        location / {
+            default_type application/json;
+            add_header Cache-Control "max-age=60";
+            return 200 '{"code":200,"msg":"ok","data":{"items":[{"id":1,"name":"item 1","note":"$padding"}]}}';
+        }
+    }
+}
+EOF
+    nginx -t -q -e "$WORK/origin/error.log" -c "$WORK/origin/nginx.conf" -p "$WORK/origin/"
+    nginx -e "$WORK/origin/error.log" -c "$WORK/origin/nginx.conf" -p "$WORK/origin/" > "$WORK/sample.log" 2>&1 &
+else
+    "$SAMPLE_BIN" --host 127.0.0.1 --port "$SAMPLE_PORT" > "$WORK/sample.log" 2>&1 &
+fi
 SAMPLE_PID=$!; track "$SAMPLE_PID"
 wait_http "http://127.0.0.1:$SAMPLE_PORT$HIT_PATH" "$SAMPLE_PID" "$WORK/sample.log"
 
@@ -184,7 +225,7 @@ done
 write_miss_lua "$WORK/miss.lua"
 
 describe() { local s; for s in $SERVERS; do printf '%s :%s (pids %s); ' "$s" "${PORT[$s]}" "$(tree_pids "${ROOT[$s]}" | tr '\n' ' ' | sed 's/ $//')"; done; }
-log "sample API :$SAMPLE_PORT (pid $SAMPLE_PID); $(describe)"
+log "origin ($ORIGIN) :$SAMPLE_PORT (pid $SAMPLE_PID); $(describe)"
 log "caches in $WORK ($(stat -f -c %T "$WORK") file system)"
 log "load average before the runs: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
 
@@ -202,13 +243,13 @@ run() {
         [ -e "$WORK/threads.ready" ] || die "thread sampler did not start"
     fi
     local c0 s0 k0 c1 s1 k1 settle
-    c0=$(tree_cpu_ticks "$root"); k0=$(tree_sys_ticks "$root"); s0=$(cpu_ticks "$SAMPLE_PID")
+    c0=$(tree_cpu_ticks "$root"); k0=$(tree_sys_ticks "$root"); s0=$(tree_cpu_ticks "$SAMPLE_PID")
     log "wrk -t$THREADS -c$CONNECTIONS -d$DURATION --latency $kind -> $server"
     run_waited timeout --kill-after=10 "$(( $(awk -v d="$DURATION" 'BEGIN {v = d + 0; if (d ~ /m$/) v *= 60; if (d ~ /h$/) v *= 3600; print int(v)}') + 60 ))" \
         wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency "${args[@]}" "http://127.0.0.1:$port$HIT_PATH" -- "$server$kind$RANDOM" > "$out" \
         || die "wrk failed against $server ($kind): $(tail -3 "$out")"
     settle=$(wait_quiet "$root" 15)
-    c1=$(tree_cpu_ticks "$root"); k1=$(tree_sys_ticks "$root"); s1=$(cpu_ticks "$SAMPLE_PID")
+    c1=$(tree_cpu_ticks "$root"); k1=$(tree_sys_ticks "$root"); s1=$(tree_cpu_ticks "$SAMPLE_PID")
     if [ -n "$sampler" ]; then
         stop_pid "$sampler" 5
         untrack "$sampler"
@@ -236,7 +277,7 @@ row_of() { printf '%s\n' "${RESULTS[@]}" | awk -v k="$1" -v s="$2" '$1 == k && $
     echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg); caches on $(stat -f -c %T "$WORK") ($STATE_BASE); nginx worker_processes $NGINX_WORKERS; varnish -s $VARNISH_STORAGE"
     echo "CPU/req = utime+stime of the server's process tree / requests (until its CPU settled after wrk); sys% = kernel share;"
     echo "RSS = sum of VmRSS over the tree after the run (PSS: shared pages split between the processes);"
-    echo "upstream = the sample API's CPU per request (not counted above)"
+    echo "upstream = the origin's ($ORIGIN) CPU per request (not counted above)"
     echo
     printf '%-5s %-10s %10s %8s %8s %11s %5s %8s %8s %10s %7s %8s\n' run server "req/s" "p50 ms" "p99 ms" "CPU us/req" "sys%" "RSS MiB" "PSS MiB" "upstr us" errors requests
     for row in "${RESULTS[@]}"; do

@@ -209,3 +209,25 @@ struct JSONValueTests {
         #expect(JSONValue.serializedPairs(HTTPHeaders()) == "[]")
     }
 }
+
+/// Nesting: Foundation's decoder traps while reporting a text nested past its limit (512), so
+/// such a text is refused before it gets there.
+@Suite("JSON nesting limit")
+struct JSONNestingTests {
+    @Test("512 levels parse; 513 (the fuzzer's find), and far more, are not JSON rather than a crash")
+    func nestingLimit() {
+        #expect(JSONValue.parse(String(repeating: "[", count: 512) + String(repeating: "]", count: 512)) != nil)
+        #expect(JSONValue.parse(String(repeating: "[", count: 513) + String(repeating: "]", count: 513)) == nil)
+        #expect(JSONValue.parse(String(repeating: "[", count: 513)) == nil)
+        #expect(JSONValue.parse(String(repeating: "{\"a\":", count: 100_000)) == nil)
+        // Brackets inside strings do not count.
+        let quoted = "[\"" + String(repeating: "[", count: 600) + "\\\"]\"]"
+        #expect(JSONValue.parse(quoted) == .array([.string(String(repeating: "[", count: 600) + "\"]")]))
+    }
+
+    @Test("a batch body nested 513 deep is a 400, not a crash", arguments: [513, 5_000])
+    func deepBatchBody(depth: Int) {
+        let body = "{\"requests\": " + String(repeating: "[", count: depth) + String(repeating: "]", count: depth) + "}"
+        #expect(throws: (any Error).self) { try SubRequestList.parse(Array(body.utf8), listKey: "requests") }
+    }
+}

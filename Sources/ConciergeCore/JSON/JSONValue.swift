@@ -12,10 +12,38 @@ public enum JSONValue: Sendable, Hashable {
     case array([JSONValue])
     case object([String: JSONValue])
 
-    /// Parses UTF-8 JSON bytes; `nil` when they are not JSON.
+    /// Parses UTF-8 JSON bytes; `nil` when they are not JSON, or nest arrays and objects deeper
+    /// than ``maxNesting``.
     public static func parse<Bytes: Collection>(_ bytes: Bytes) -> JSONValue? where Bytes.Element == UInt8 {
-        guard !bytes.isEmpty else { return nil }
+        guard !bytes.isEmpty, !nestsDeeper(than: maxNesting, bytes) else { return nil }
         return try? JSONDecoder().decode(JSONValue.self, from: Data(bytes))
+    }
+
+    /// The deepest nesting parsed: Foundation's own limit. Its decoder traps (instead of
+    /// throwing) while reporting a text nested one level deeper (the `jsonscan` fuzz target's
+    /// find, kept in its corpus), so such texts never reach it.
+    public static let maxNesting = 512
+
+    /// Whether arrays and objects nest deeper than `limit`, counted outside strings in one pass.
+    static func nestsDeeper(than limit: Int, _ bytes: some Collection<UInt8>) -> Bool {
+        var depth = 0
+        var inString = false
+        var escaped = false
+        for byte in bytes {
+            if inString {
+                if escaped { escaped = false } else if byte == UInt8(ascii: "\\") { escaped = true } else if byte == UInt8(ascii: "\"") { inString = false }
+                continue
+            }
+            switch byte {
+            case UInt8(ascii: "\""): inString = true
+            case UInt8(ascii: "["), UInt8(ascii: "{"):
+                depth += 1
+                if depth > limit { return true }
+            case UInt8(ascii: "]"), UInt8(ascii: "}"): depth -= 1
+            default: break
+            }
+        }
+        return false
     }
 
     public static func parse(_ text: String) -> JSONValue? { parse(Array(text.utf8)) }
