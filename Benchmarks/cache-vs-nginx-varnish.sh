@@ -76,25 +76,32 @@ SAMPLE_PORT=$(free_port)
 HIT_PATH="/api/items?limit=1"
 declare -A PORT ROOT
 
+# nginx_head DIR WORKERS: the start of an nginx.conf whose pid, logs and temp files are in DIR,
+# up to the first lines of `http {` (as root the workers drop to nobody).
+nginx_head() {
+    cat <<EOF
+$([ "$(id -u)" = 0 ] && echo "user nobody nogroup;")
+worker_processes $2;
+daemon off;
+pid $1/nginx.pid;
+error_log $1/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path $1/tmp/body;
+    proxy_temp_path $1/tmp/proxy;
+    fastcgi_temp_path $1/tmp/fastcgi;
+    uwsgi_temp_path $1/tmp/uwsgi;
+    scgi_temp_path $1/tmp/scgi;
+EOF
+}
+
 # --- origin: the sample API, or nginx answering at once --------------------------------------
 if [ "$ORIGIN" = nginx ]; then
     mkdir -p "$WORK/origin/tmp"
     [ "$(id -u)" = 0 ] && chown -R nobody:nogroup "$WORK/origin/tmp"
     padding=$(head -c 900 /dev/zero | tr '\0' 'x')
-    cat > "$WORK/origin/nginx.conf" <<EOF
-$([ "$(id -u)" = 0 ] && echo "user nobody nogroup;")
-worker_processes 1;
-daemon off;
-pid $WORK/origin/nginx.pid;
-error_log $WORK/origin/error.log warn;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    client_body_temp_path $WORK/origin/tmp/body;
-    proxy_temp_path $WORK/origin/tmp/proxy;
-    fastcgi_temp_path $WORK/origin/tmp/fastcgi;
-    uwsgi_temp_path $WORK/origin/tmp/uwsgi;
-    scgi_temp_path $WORK/origin/tmp/scgi;
+    { nginx_head "$WORK/origin" 1; cat <<EOF
     keepalive_requests 1000000;
     server {
         listen 127.0.0.1:$SAMPLE_PORT;
@@ -106,6 +113,7 @@ http {
     }
 }
 EOF
+    } > "$WORK/origin/nginx.conf"
     nginx -t -q -e "$WORK/origin/error.log" -c "$WORK/origin/nginx.conf" -p "$WORK/origin/"
     nginx -e "$WORK/origin/error.log" -c "$WORK/origin/nginx.conf" -p "$WORK/origin/" > "$WORK/sample.log" 2>&1 &
 else
@@ -129,26 +137,9 @@ wait_http "http://127.0.0.1:$ADMIN_PORT/health" "${ROOT[concierge]}" "$WORK/conc
 if has nginx; then
     PORT[nginx]=$(free_port)
     mkdir -p "$WORK/nginx/cache" "$WORK/nginx/tmp"
-    nginx_user=""
-    if [ "$(id -u)" = 0 ]; then
-        # Workers drop to nobody: they must be able to write the cache and temp dirs.
-        nginx_user="user nobody nogroup;"
-        chown -R nobody:nogroup "$WORK/nginx/cache" "$WORK/nginx/tmp"
-    fi
-    cat > "$WORK/nginx/nginx.conf" <<EOF
-$nginx_user
-worker_processes $NGINX_WORKERS;
-daemon off;
-pid $WORK/nginx/nginx.pid;
-error_log $WORK/nginx/error.log warn;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    client_body_temp_path $WORK/nginx/tmp/body;
-    proxy_temp_path $WORK/nginx/tmp/proxy;
-    fastcgi_temp_path $WORK/nginx/tmp/fastcgi;
-    uwsgi_temp_path $WORK/nginx/tmp/uwsgi;
-    scgi_temp_path $WORK/nginx/tmp/scgi;
+    # As root the workers drop to nobody (nginx_head): they must be able to write the cache and temp dirs.
+    [ "$(id -u)" = 0 ] && chown -R nobody:nogroup "$WORK/nginx/cache" "$WORK/nginx/tmp"
+    { nginx_head "$WORK/nginx" "$NGINX_WORKERS"; cat <<EOF
     proxy_cache_path $WORK/nginx/cache levels=1:2 keys_zone=bench:32m max_size=2g inactive=1h use_temp_path=off;
     upstream sample {
         server 127.0.0.1:$SAMPLE_PORT;
@@ -169,6 +160,7 @@ http {
     }
 }
 EOF
+    } > "$WORK/nginx/nginx.conf"
     nginx -t -q -e "$WORK/nginx/error.log" -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx/"
     nginx -e "$WORK/nginx/error.log" -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx/" > "$WORK/nginx.log" 2>&1 &
     ROOT[nginx]=$!; track "${ROOT[nginx]}"
