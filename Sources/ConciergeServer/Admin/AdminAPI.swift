@@ -182,9 +182,12 @@ struct AdminAPI: Sendable {
     /// `GET /fleet`: this node's place in its fleet; `{"state": "off"}` for a daemon on its own.
     func fleet() async -> Response {
         guard let fleet = control.lifecycle.fleet else { return json(["state": "off"]) }
-        let requests = try? await Deadline.run(fleet.config.timeout * 5) { try await fleet.database.tokenRequestCount() }
-        let seq = try? await Deadline.run(fleet.config.timeout * 5) { try await fleet.database.logBounds()?.newest ?? 0 }
-        let nodes = try? await Deadline.run(fleet.config.timeout * 5) { try await fleet.database.nodes() }
+        // At once, so a database that does not answer costs one deadline, not three.
+        let limit = fleet.config.timeout * 5
+        async let counted = try? Deadline.run(limit) { try await fleet.database.tokenRequestCount() }
+        async let newest = try? Deadline.run(limit) { try await fleet.database.logBounds()?.newest ?? 0 }
+        async let listed = try? Deadline.run(limit) { try await fleet.database.nodes() }
+        let (requests, seq, nodes) = await (counted, newest, listed)
         let delays: JSONValue = control.lifecycle.fleetInvalidations?.applyDelays.map { d in
             ["count": .int(Int64(d.count)), "p50": .double(d.p50), "p99": .double(d.p99), "max": .double(d.max)]
         } ?? .null

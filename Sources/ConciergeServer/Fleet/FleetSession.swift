@@ -160,13 +160,7 @@ final class FleetSession: Sendable {
 
     /// Once per window: the fleet's loop guard refused a token request.
     private func warnThrottled(_ limit: ConciergeConfig.RefreshLimit) {
-        let now = ContinuousClock.now
-        let due = throttledWarning.withLock { last -> Bool in
-            guard last.map({ now - $0 >= limit.within }) ?? true else { return false }
-            last = now
-            return true
-        }
-        if due {
+        if Self.due(throttledWarning, every: limit.within) {
             logger.warning("token calls throttled for the fleet: the upstream keeps signalling expiry right after new tokens",
                            metadata: ["max_refreshes": "\(limit.count)", "within": "\(limit.within)"])
         }
@@ -264,13 +258,20 @@ final class FleetSession: Sendable {
 
     /// At most one warning a minute: a database that is down fails every call.
     private func warn(_ what: String, _ error: any Error) {
+        if Self.due(lastWarning, every: .seconds(60)) {
+            logger.warning("fleet: \(what)", metadata: ["error": "\(String(describing: error).prefix(200))"])
+        }
+    }
+
+    /// Whether a line rate-limited by `last` may be logged now (at most once `every`); if so,
+    /// `last` becomes now.
+    private static func due(_ last: borrowing Mutex<ContinuousClock.Instant?>, every interval: Duration) -> Bool {
         let now = ContinuousClock.now
-        let due = lastWarning.withLock { last -> Bool in
-            guard last.map({ now - $0 >= .seconds(60) }) ?? true else { return false }
+        return last.withLock { last in
+            guard last.map({ now - $0 >= interval }) ?? true else { return false }
             last = now
             return true
         }
-        if due { logger.warning("fleet: \(what)", metadata: ["error": "\(String(describing: error).prefix(200))"]) }
     }
 }
 
