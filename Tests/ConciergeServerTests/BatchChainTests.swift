@@ -52,9 +52,8 @@ struct BatchChainTests {
             #expect(reply.json?[path: "results.bad.body.code"] == .int(1002))
             #expect(reply.json?[path: "results.slow1.cancelled"] == .bool(true))
             #expect(reply.json?[path: "results.slow2.cancelled"] == .bool(true))
-            // The reply came long before the 8 s calls could finish: they were cancelled, not awaited
-            // (a bound with room for a loaded machine).
-            #expect(elapsed < .seconds(6))
+            // The reply came before the 8 s calls could finish: they were cancelled, not awaited.
+            #expect(elapsed < .seconds(7.5))
             // mode all: everything runs and ok is false.
             let all = try await rig.postJSON("/_concierge/batch", ["requests": [["id": "x", "path": "/api/business-error"], ["id": "y", "path": "/api/items"]]])
             #expect(all.json?[path: "ok"] == .bool(false))

@@ -265,10 +265,10 @@ struct UpstreamPoolTests {
         defer { refusing.close() }
         let port = refusing.port
         try await withPool { pool in
-            let started = ContinuousClock.now
+            // Unreachable, not timeout, is the proof that the refusal ended it and not the 30 s
+            // timeout; no clock bound (the suite's first seconds can starve a test for 5 s).
             let result = await send(pool, request("http://127.0.0.1:\(port)/x", timeout: .seconds(30)))
             #expect(Self.isUnreachable(result), "\(result)")
-            #expect(ContinuousClock.now - started < .seconds(5), "not the 30 s timeout")
             #expect(await pool.connectionCount() == 0)
         }
     }
@@ -281,7 +281,7 @@ struct UpstreamPoolTests {
                 let result = await send(pool, request(upstream.url + "/slow", timeout: .milliseconds(500)))
                 let elapsed = ContinuousClock.now - started
                 #expect(Self.isTimeout(result), "\(result)")
-                #expect(elapsed >= .milliseconds(450) && elapsed < .seconds(5), "took \(elapsed)")
+                #expect(elapsed >= .milliseconds(450) && elapsed < .seconds(25), "took \(elapsed)")
                 #expect(await eventually { upstream.counts.open == 0 })
                 #expect(Self.body(await send(pool, request(upstream.url + "/fast"))) == Self.okBody)
             }
@@ -298,8 +298,9 @@ struct UpstreamPoolTests {
                 let waiting = await send(pool, request(upstream.url + "/next", timeout: .milliseconds(300)))
                 let elapsed = ContinuousClock.now - started
                 #expect(Self.isTimeout(waiting), "\(waiting)")
-                // Not the holder's 30 s: generous for a loaded machine.
-                #expect(elapsed < .seconds(5), "took \(elapsed)")
+                // Timeout (not unreachable) is the proof; the bound keeps it from being the
+                // holder's 30 s, with room for a starved test process.
+                #expect(elapsed < .seconds(20), "took \(elapsed)")
                 holder.cancel()
                 #expect(Self.isUnreachable(await holder.value))
                 #expect(upstream.requests.map(\.head.uri) == ["/hold"])
@@ -433,7 +434,7 @@ struct UpstreamPoolTests {
                 let reply = try await rig.get("/api/slow-pooled")
                 let elapsed = ContinuousClock.now - started
                 #expect(reply.status == 504)
-                #expect(elapsed >= .milliseconds(900) && elapsed < .seconds(5), "took \(elapsed)")
+                #expect(elapsed >= .milliseconds(900) && elapsed < .seconds(25), "took \(elapsed)")
             }
         }
     }
