@@ -23,6 +23,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.1"),
         .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
         .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
+        .package(url: "https://github.com/apple/swift-http-structured-headers.git", from: "1.7.0"),
     ],
     targets: [
         /// Pure logic: config schema and validation, endpoint matching, cache keys,
@@ -35,6 +36,8 @@ let package = Package(
                 // Value types only (ByteBuffer, HTTPHeaders): NIOCore and NIOHTTP1 open no sockets.
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+                // RFC 9651 structured fields (`CDN-Cache-Control`).
+                .product(name: "RawStructuredFieldValues", package: "swift-http-structured-headers"),
             ]
         ),
         // PCRE2 (Debian: libpcre2-dev): invalidation patterns with match, depth and heap limits.

@@ -51,6 +51,8 @@ public struct CacheEntry: Sendable {
     public var usableUntil: Double { storedAt + ttl + max(staleWhileRevalidate, staleIfError) }
 
     public func isFresh(at now: Double) -> Bool { now < freshUntil }
+    /// The stored `Age` (the upstream's, or with HTTP caching the reply's age on arrival).
+    public var storedAge: Int { headers.first(name: "age").flatMap { Int($0.trimmingCharacters(in: .whitespaces)) }.map { max(0, $0) } ?? 0 }
     public func age(at now: Double) -> Int { max(0, Int(now - storedAt)) }
     /// Seconds of freshness left (may be negative).
     public func remainingTTL(at now: Double) -> Int { Int((freshUntil - now).rounded(.down)) }

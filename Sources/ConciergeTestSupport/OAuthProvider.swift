@@ -17,8 +17,7 @@ public final class OAuthProvider: Sendable {
     public static let password = "wonderland-pass"
 
     public let port: Int
-    private let pid: Int32
-    private let process: Mutex<Process?>
+    private let process: ChildProcess
     private let directory: String
 
     /// The interpreter with django-oauth-toolkit, if this machine has one.
@@ -39,43 +38,26 @@ public final class OAuthProvider: Sendable {
         guard let python else { throw ProviderError("no Python with django-oauth-toolkit: set CONCIERGE_OAUTH_PYTHON or run .ci/run") }
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("concierge-idp-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: python)
-        process.arguments = [repositoryRoot + "/Tests/Fixtures/oauth-provider/provider.py", "0", directory + "/provider.sqlite",
-                             String(accessTokenSeconds)]
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        let output = Mutex("")
-        pipe.fileHandleForReading.readabilityHandler = { handle in
-            var buffer = [UInt8](repeating: 0, count: 4096)
-            let n = read(handle.fileDescriptor, &buffer, buffer.count)
-            if n > 0 { output.withLock { $0 += String(decoding: buffer[0..<n], as: UTF8.self) } }
-        }
-        try process.run()
-        let started = await eventually(.seconds(30)) { output.withLock { $0.contains("ready ") } || !process.isRunning }
-        let text = output.withLock { $0 }
+        let process = try ChildProcess([python, repositoryRoot + "/Tests/Fixtures/oauth-provider/provider.py", "0",
+                                        directory + "/provider.sqlite", String(accessTokenSeconds)])
+        let started = await eventually(.seconds(30)) { process.output.contains("ready ") || !process.isRunning }
+        let text = process.output
         guard started, let line = text.split(separator: "\n").first(where: { $0.hasPrefix("ready ") }),
               let port = Int(line.dropFirst(6).trimmingCharacters(in: .whitespaces)) else {
-            kill(process.processIdentifier, SIGKILL)
+            process.signal(SIGKILL)
             throw ProviderError("the provider did not start: \(text.suffix(2000))")
         }
         return OAuthProvider(port: port, process: process, directory: directory)
     }
 
-    private init(port: Int, process: Process, directory: String) {
-        self.port = port
-        pid = process.processIdentifier
-        self.process = Mutex(process)
-        self.directory = directory
+    private init(port: Int, process: ChildProcess, directory: String) {
+        (self.port, self.process, self.directory) = (port, process, directory)
     }
 
     /// Stops the provider by its PID (SIGTERM, then SIGKILL past a bounded wait).
     public func stop() async {
-        kill(pid, SIGTERM)
-        let process = self.process.withLock { $0 }
-        let exited = await eventually(.seconds(5)) { !(process?.isRunning ?? false) }
-        if !exited { kill(pid, SIGKILL) }
+        process.signal(SIGTERM)
+        await process.wait(limit: .seconds(5))
         try? FileManager.default.removeItem(atPath: directory)
     }
 

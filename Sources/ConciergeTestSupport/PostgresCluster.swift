@@ -161,8 +161,8 @@ public final class PostgresCluster: Sendable {
         // Through bash, which closes every descriptor but 0–2 before `exec`: no socket of the test
         // process may reach the child (or the server it starts, which outlives it), where it
         // would stay open and its peer in another test would never see it close.
-        let closeInherited = #"for fd in /proc/$$/fd/*; do n=${fd##*/}; if [ "$n" -gt 2 ]; then eval "exec $n>&-"; fi; done 2>/dev/null; exec "$@""#
-        let argv: [UnsafeMutablePointer<CChar>?] = (["/bin/bash", "-c", closeInherited, "bash", program] + arguments).map { strdup($0) } + [nil]
+        let argv: [UnsafeMutablePointer<CChar>?] = (["/bin/bash", "-c", ChildProcess.closeInheritedThenExec, "bash", program] + arguments)
+            .map { strdup($0) } + [nil]
         defer { for arg in argv { free(arg) } }
         var pid: pid_t = 0
         let spawned = posix_spawn(&pid, "/bin/bash", &actions, nil, argv, environ)

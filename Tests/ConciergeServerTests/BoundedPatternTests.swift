@@ -94,7 +94,7 @@ struct BoundedPatternTests {
         let daemon = try DaemonProcess.start(binary: ProcessTests.binary, config: CrashAndShutdownTests.config(dir: dir.path, apiPort: api.port,
                                                                                                             grace: "\(grace)s"))
         let ports = try await daemon.ports()
-        let pid = daemon.process.processIdentifier
+        let pid = daemon.pid
         let admin = "http://127.0.0.1:\(ports.admin)"
         let auth = [("Authorization", "Bearer proc-token")]
         let rssBefore = Self.rss(pid)

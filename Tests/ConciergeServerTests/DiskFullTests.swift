@@ -110,11 +110,6 @@ final class Tmpfs: Sendable {
     }
 
     static func run(_ arguments: [String]) throws -> Int32 {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: arguments[0])
-        process.arguments = Array(arguments.dropFirst())
-        try process.run()
-        process.waitUntilExit()
-        return process.terminationStatus
+        try ChildProcess(arguments).waitBlocking() ?? -1
     }
 }

@@ -38,7 +38,7 @@ struct OperatorCLITests {
 
             watcher.signal(SIGINT)
             _ = try await watcher.wait()
-            #expect(watcher.process.terminationReason == .uncaughtSignal)
+            #expect(watcher.endedBySignal)
         }
     }
 

@@ -163,14 +163,8 @@ final class DaemonProcess: Sendable {
         var output: String
     }
 
-    let process: Process
+    let child: ChildProcess
     let configPath: String
-    final class Output: Sendable {
-        let text = Mutex("")
-    }
-
-    private let captured: Output
-    private let pipe: Pipe
 
     static func config(dir: String, apiPort: Int) -> String {
         """
@@ -204,31 +198,18 @@ final class DaemonProcess: Sendable {
         guard FileManager.default.isExecutableFile(atPath: arguments[0]) else {
             throw DaemonError("missing \(arguments[0]): run `swift build` before the tests")
         }
-        process = Process()
-        process.executableURL = URL(fileURLWithPath: arguments[0])
-        process.arguments = Array(arguments.dropFirst())
         var env = ProcessInfo.processInfo.environment
         for key in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "JOURNAL_STREAM", "CONCIERGE_ENVIRONMENT", "CONCIERGE_ADMIN_TOKEN"] { env[key] = nil }
         env.merge(environment) { $1 }
-        process.environment = env
-        pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
         self.configPath = configPath
-        let captured = Output()
-        self.captured = captured
-        pipe.fileHandleForReading.readabilityHandler = { handle in
-            // read(2), not availableData: that traps on EAGAIN, seen under the fault tests' load.
-            var buffer = [UInt8](repeating: 0, count: 65536)
-            let n = read(handle.fileDescriptor, &buffer, buffer.count)
-            if n > 0 { captured.text.withLock { $0 += String(decoding: buffer[0..<n], as: UTF8.self) } }
-        }
-        try process.run()
+        child = try ChildProcess(arguments, environment: env)
     }
 
-    var output: String { captured.text.withLock { $0 } }
+    var output: String { child.output }
+    var pid: pid_t { child.pid }
+    var endedBySignal: Bool { child.endedBySignal }
 
-    func signal(_ signal: Int32) { kill(process.processIdentifier, signal) }
+    func signal(_ signal: Int32) { child.signal(signal) }
 
     /// Proxy and admin ports from the "ready" log line.
     func ports() async throws -> (proxy: Int, admin: Int) {
@@ -246,17 +227,11 @@ final class DaemonProcess: Sendable {
 
     /// Waits (bounded) for the exit status; kills the process past the limit.
     func wait(limit: Duration = .seconds(20)) async throws -> Int32 {
-        let exited = await eventually(limit) { !self.process.isRunning }
-        if !exited {
-            kill(process.processIdentifier, SIGKILL)
-            throw DaemonError("process did not exit in time")
-        }
-        pipe.fileHandleForReading.readabilityHandler = nil
-        return process.terminationStatus
+        guard let status = await child.wait(limit: limit) else { throw DaemonError("process did not exit in time") }
+        return status
     }
 
     deinit {
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         try? FileManager.default.removeItem(atPath: (configPath as NSString).deletingLastPathComponent)
     }
 
@@ -264,7 +239,6 @@ final class DaemonProcess: Sendable {
     static func run(_ arguments: [String]) async throws -> Result {
         let child = try DaemonProcess(arguments: arguments, configPath: "/nonexistent/x", environment: [:])
         let status = try await child.wait(limit: .seconds(60))
-        try await Task.sleep(for: .milliseconds(20))
         return Result(status: status, output: child.output)
     }
 }

@@ -181,6 +181,21 @@ public struct ConciergeConfig: Sendable {
         public var version: Int
         public var volatileParams: Set<String>
         public var defaultTTL: Duration
+        /// `cache.mode`: how requests no endpoint matches are cached (`ttl`: not at all).
+        public var mode: EndpointPolicy.CachePolicy.Mode = .ttl
+        /// `cache.max_ttl`: with `mode: http`, the cap on freshness for those requests.
+        public var maxTTL: Duration? = nil
+
+        /// The policy for requests no endpoint matches.
+        public var passThrough: EndpointPolicy {
+            var policy = EndpointPolicy.passThrough
+            if mode == .http {
+                policy.cache.mode = .http
+                policy.cache.ttl = defaultTTL
+                policy.cache.maxTTL = maxTTL
+            }
+            return policy
+        }
     }
 
     public struct Log: Sendable {

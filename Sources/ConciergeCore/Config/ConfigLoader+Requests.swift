@@ -73,10 +73,22 @@ extension ConfigLoader {
         return envelope
     }
 
+    /// `cache.mode` or `endpoints[].cache.mode`: `ttl` or `http`.
+    private static func cacheMode(_ node: Node, _ path: String, _ r: YAMLReader) -> EndpointPolicy.CachePolicy.Mode? {
+        guard let s = r.string(node, path) else { return nil }
+        guard let mode = EndpointPolicy.CachePolicy.Mode(rawValue: s) else {
+            r.fail(path, node, "expected ttl or http, found '\(s)'")
+            return nil
+        }
+        return mode
+    }
+
     /// `cache`: the key version, the params left out of keys and the default TTL.
     static func cacheSection(_ node: Node?, _ r: YAMLReader, signing: SigningConfig?) -> ConciergeConfig.Cache {
         var cache = ConciergeConfig.Cache(version: 1, volatileParams: ["timestamp", "signature", "_"], defaultTTL: .zero)
-        if let node, let m = r.mapping(node, "cache", allowed: ["version", "volatile_params", "default_ttl"]) {
+        if let node, let m = r.mapping(node, "cache", allowed: ["version", "volatile_params", "default_ttl", "mode", "max_ttl"]) {
+            if let n = m["mode"], let mode = cacheMode(n, "cache.mode", r) { cache.mode = mode }
+            if let n = m["max_ttl"], let d = r.duration(n, "cache.max_ttl") { cache.maxTTL = d }
             if let n = m["version"], let v = r.int(n, "cache.version", range: 0...Int(Int32.max)) { cache.version = v }
             if let n = m["volatile_params"], let v = r.stringList(n, "cache.volatile_params") { cache.volatileParams = Set(v) }
             if let n = m["default_ttl"], let d = r.duration(n, "cache.default_ttl") { cache.defaultTTL = d }
@@ -148,7 +160,9 @@ extension ConfigLoader {
         }
         var explicitScope: EndpointPolicy.Scope? = nil
         policy.cache.ttl = cache.defaultTTL
-        if let n = m["cache"], let cm = r.mapping(n, "\(path).cache", allowed: ["ttl", "scope", "stale_if_error", "stale_while_revalidate", "version"]) {
+        if let n = m["cache"], let cm = r.mapping(n, "\(path).cache", allowed: ["ttl", "scope", "stale_if_error", "stale_while_revalidate", "version", "mode", "max_ttl"]) {
+            if let v = cm["mode"], let mode = cacheMode(v, "\(path).cache.mode", r) { policy.cache.mode = mode }
+            if let v = cm["max_ttl"], let d = r.duration(v, "\(path).cache.max_ttl") { policy.cache.maxTTL = d }
             if let v = cm["ttl"], let d = r.duration(v, "\(path).cache.ttl") { policy.cache.ttl = d }
             if let v = cm["scope"], let s = r.string(v, "\(path).cache.scope") {
                 if let sc = EndpointPolicy.Scope(rawValue: s) { explicitScope = sc } else { r.fail("\(path).cache.scope", v, "expected user or shared, found '\(s)'") }

@@ -9,12 +9,19 @@ public struct EndpointPolicy: Sendable {
     }
 
     public struct CachePolicy: Sendable {
+        /// `ttl`: the endpoint's `ttl` decides freshness; `http`: the upstream's caching
+        /// headers do, as RFC 9111 asks of a shared cache (``HTTPCaching``).
+        public enum Mode: String, Sendable { case ttl, http }
+
         public var ttl: Duration
         public var scope: Scope
         public var staleIfError: Duration
         public var staleWhileRevalidate: Duration
         /// Overrides `cache.version` for this endpoint when set.
         public var version: Int?
+        public var mode: Mode = .ttl
+        /// With `mode: http`, a cap on the freshness an upstream gives.
+        public var maxTTL: Duration? = nil
     }
 
     public enum Signing: Sendable {
@@ -152,5 +159,10 @@ public struct EndpointPolicy: Sendable {
         sign: .inherit
     )
 
-    public var isCacheable: Bool { cache.ttl > .zero }
+    /// A `ttl` endpoint with a ttl, or any `mode: http` endpoint (the upstream's headers may
+    /// make its replies fresh).
+    public var isCacheable: Bool { cache.ttl > .zero || cache.mode == .http }
+
+    /// Whether replies are judged by HTTP caching rules (``HTTPCaching``).
+    public var httpCaching: Bool { cache.mode == .http }
 }

@@ -20,7 +20,7 @@ public final class RuntimeConfig: Sendable {
 
     public init(config: ConciergeConfig) {
         settings = config
-        router = EndpointRouter(endpoints: config.endpoints)
+        router = EndpointRouter(endpoints: config.endpoints, passThrough: config.cache.passThrough)
         commonParams = CommonParamsStep(common: config.common)
         injector = TokenInjector(points: config.session.inject)
         envelope = EnvelopeReader(envelope: config.envelope)

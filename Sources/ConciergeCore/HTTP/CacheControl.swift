@@ -14,6 +14,11 @@ public struct CacheControl: Sendable, Equatable {
         a.directives.elementsEqual(b.directives) { $0.name == $1.name && $0.value == $1.value }
     }
 
+    /// Directives already parsed (``HTTPCaching/directives(_:)`` reads `CDN-Cache-Control`).
+    public init(directives: [(name: String, value: String?)]) {
+        self.directives = directives
+    }
+
     /// Parses the values of every `Cache-Control` line of a message.
     public init<Lines: Sequence>(_ lines: Lines) where Lines.Element: StringProtocol {
         for line in lines { Self.parse(Substring(line), into: &directives) }

@@ -23,6 +23,8 @@ public struct PreparedRequest: Sendable {
     public var bypass: Bool
     /// The client's headers as received (the upstream request starts from them).
     public var originalHeaders: HTTPHeaders
+    /// The client's target as received (path and query).
+    public var receivedTarget: String
     public var clientAddress: String?
 
     /// What preparing a request leads to.
@@ -87,7 +89,7 @@ public struct PreparedRequest: Sendable {
         var prepared = PreparedRequest(request: request, endpoint: endpoint, config: rc, upstream: upstream,
                                        token: injects ? session?.accessToken : nil, injects: injects, cacheKey: nil,
                                        scope: .notStorable, bypass: bypasses(received.headers),
-                                       originalHeaders: received.headers, clientAddress: received.clientAddress)
+                                       originalHeaders: received.headers, receivedTarget: target, clientAddress: received.clientAddress)
         if endpoint.isCacheable, received.body != nil {
             let authorizationReplaced = injects && rc.injector.replacesAuthorization
             prepared.scope = CacheScope.of(endpoint, injects: injects, appToken: appToken, session: session,
@@ -101,7 +103,20 @@ public struct PreparedRequest: Sendable {
 
     private func makeCacheKey() -> String {
         let params = request.query + (request.paramsGoInQuery ? [] : request.body.params)
-        return CacheKey.make(method: request.method, upstreamBaseURL: upstream.baseURL, path: request.path, params: params,
+        // With HTTP caching a `HEAD` is answered from the stored `GET` (RFC 9110 §9.3.2).
+        let method = endpoint.httpCaching && request.method == "HEAD" ? "GET" : request.method
+        return CacheKey.make(method: method, upstreamBaseURL: upstream.baseURL, path: request.path, params: params,
+                             excluding: config.keyExclusions, userID: scope.userID,
+                             version: endpoint.cache.version ?? config.settings.cache.version)
+    }
+
+    /// The key a `GET` of `target` on this request's upstream, endpoint and scope is stored
+    /// under (common params added as to any request): what a `POST` to a URL, or its
+    /// `Location`, invalidates in `mode: http`.
+    public func getKey(target: String) -> String {
+        var get = ProxyRequest(method: "GET", target: target)
+        config.commonParams.apply(to: &get)
+        return CacheKey.make(method: "GET", upstreamBaseURL: upstream.baseURL, path: get.path, params: get.query,
                              excluding: config.keyExclusions, userID: scope.userID,
                              version: endpoint.cache.version ?? config.settings.cache.version)
     }

@@ -28,7 +28,8 @@ extension ProxyPipeline {
         }
         let preparation = prepare(incoming, route: route, session: session)
         if case .answer(let answer) = preparation { return .answer(answer) }
-        guard case .ready(let p, _) = preparation, let key = p.cacheKey, !p.bypass else { return .prepared(preparation) }
+        // `mode: http` reads the request's directives and `Vary` first: not here.
+        guard case .ready(let p, _) = preparation, let key = p.cacheKey, !p.bypass, !p.endpoint.httpCaching else { return .prepared(preparation) }
         guard let entry = cache.hotLookup(key, now: now), entry.isFresh(at: now) else { return .prepared(preparation) }
         if encoded, let hit = CachedReply.encoded(entry, endpoint: p.endpoint, now: now) {
             memo?.remember(incoming, route: route, session: session, key: key, endpoint: p.endpoint)

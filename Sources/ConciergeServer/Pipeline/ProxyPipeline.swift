@@ -27,7 +27,9 @@ public final class ProxyPipeline: Sendable {
     let session: SessionState
     let exchange: UpstreamExchange
     let events: EventBus
-    private let coalescer = MissCoalescer<Fetched>()
+    let coalescer = MissCoalescer<Fetched>()
+    /// What replies vary on, for `mode: http` (``handleHTTPCaching(_:key:)``).
+    let varyIndex = VaryIndex()
     let hitMemos = HitMemos()
     /// Runs stale-while-revalidate refreshes (a service of the daemon's group).
     let revalidation: RevalidationService
@@ -82,6 +84,7 @@ public final class ProxyPipeline: Sendable {
             if p.endpoint.isCacheable { answer.reply.headers.replaceOrAdd(name: "X-Cache", value: CacheStatus.miss.rawValue) }
             return answer
         }
+        if p.endpoint.httpCaching { return await handleHTTPCaching(p, key: key) }
         let now = cache.clock.now
         if p.bypass {
             return withCacheHeaders(await fetchAndStore(p, key: key), .bypass, cacheStatus: "concierge; fwd=request")
@@ -109,6 +112,10 @@ public final class ProxyPipeline: Sendable {
     struct Fetched: Sendable {
         var result: UpstreamExchange.Result
         var stored: Bool
+        /// With `mode: http`, the variant key a reply with `Vary` was stored under.
+        var variant: String? = nil
+        /// With `mode: http`, the stale entry a `304` refreshed.
+        var updated: CacheEntry? = nil
     }
 
     nonisolated(nonsending) private func fetchAndStore(_ p: PreparedRequest, key: String) async -> Fetched {

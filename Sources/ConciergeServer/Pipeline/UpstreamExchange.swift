@@ -115,6 +115,16 @@ struct UpstreamExchange: Sendable {
             // An expiry signal by HTTP status (OAuth2's 401): renew and replay.
             return await renew(p, replacing: stale, attempt, upstreamAnswer: upstreamAnswer)
         }
+        if p.endpoint.httpCaching, !p.endpoint.envelope {
+            // HTTP caching without an envelope: the cache judges every status by RFC 9111
+            // (``HTTPCaching``); a server error is a failure that a stale entry may stand in
+            // for (RFC 5861 `stale-if-error`).
+            if [500, 502, 503, 504].contains(response.status) { return .done(.upstreamDown(upstreamAnswer)) }
+            upstreamAnswer.report.succeeded = response.status < 400
+            return .done(.success(upstreamAnswer, storable: Storable(status: response.status,
+                                                                     headers: Self.storedHeaders(headers, keepingCookies: true),
+                                                                     body: response.body)))
+        }
         guard p.endpoint.envelope else {
             // Non-JSON but cacheable: HTTP 2xx is the success.
             guard (200..<300).contains(response.status) else { return .done(.failure(upstreamAnswer)) }
@@ -226,10 +236,13 @@ struct UpstreamExchange: Sendable {
 
     /// Headers kept with a stored entry. The upstream's `Date` and `Age` stay: a cached
     /// reply carries that `Date` and an `Age` that adds the upstream's (see ``CachedReply``).
-    static func storedHeaders(_ headers: HTTPHeaders) -> HTTPHeaders {
+    /// With `keepingCookies` (HTTP caching), `Set-Cookie` is kept as RFC 9111 §3.1 asks (a
+    /// reply meant for one client says `private` or `no-cache="set-cookie"`).
+    static func storedHeaders(_ headers: HTTPHeaders, keepingCookies: Bool = false) -> HTTPHeaders {
         var kept: [(String, String)] = []
         kept.reserveCapacity(headers.count)
-        for (name, value) in headers where !ASCIICase.equalsAny(name, lowercase: notStored) {
+        let dropped = keepingCookies ? notStoredHTTP : notStored
+        for (name, value) in headers where !ASCIICase.equalsAny(name, lowercase: dropped) {
             kept.append((name, value))
         }
         return kept.count == headers.count ? headers : HTTPHeaders(kept)
@@ -237,6 +250,7 @@ struct UpstreamExchange: Sendable {
 
     /// Reply headers never stored (lowercase).
     private static let notStored = ["set-cookie", "x-cache", "cache-status", "x-concierge-replays", "content-length"]
+    private static let notStoredHTTP = ["x-cache", "cache-status", "x-concierge-replays", "content-length"]
 
     /// Whether a reply may be stored and served to any client: not encoded (despite
     /// ``UpstreamRequestBuilder/askForIdentity(_:)``), and varying on nothing but

@@ -1,0 +1,233 @@
+import ConciergeCore
+import ConciergeStorage
+import NIOCore
+import NIOHTTP1
+
+/// Steps 4–9 for an endpoint (or the pass-through) with `cache.mode: http`: RFC 9111 as a shared
+/// cache. The upstream's headers decide what is stored and for how long (``HTTPCaching``), the
+/// request's own directives what it accepts (``RequestCacheDirectives``), `Vary` picks the
+/// variant (``VaryIndex``), and an unsafe method invalidates what it changed.
+extension ProxyPipeline {
+    nonisolated(nonsending) func handleHTTPCaching(_ p: PreparedRequest, key baseKey: String) async -> ProxyAnswer {
+        guard p.request.method == "GET" || p.request.method == "HEAD" else {
+            let result = await exchange.run(p)
+            await invalidateAfterUnsafe(p, result)
+            return Self.withStatus(result.answer, .miss, "concierge; fwd=method; fwd-status=\(result.answer.reply.status)")
+        }
+        let directives = RequestCacheDirectives(p.originalHeaders)
+        let key = varyIndex.key(baseKey, request: p.originalHeaders)
+        let now = cache.clock.now
+        let entry = await cache.lookup(key)
+        let policy = p.endpoint.cache
+        let windows = entry.map { HTTPCaching.staleWindows($0.headers, endpointStale: (policy.staleWhileRevalidate.seconds, policy.staleIfError.seconds)) }
+        if let entry, let windows, !directives.noCache {
+            let age = Double(entry.storedAge) + (now - entry.storedAt)
+            let mustRevalidate = HTTPCaching.mustRevalidate(entry.headers)
+            switch directives.use(age: age, freshLeft: entry.freshUntil - now, mustRevalidate: mustRevalidate) {
+            case .fresh:
+                return Self.conditional(CachedReply.make(entry, p, status: .hit, now: now), request: p.originalHeaders)
+            case .staleAccepted:
+                return CachedReply.make(entry, p, status: .stale, now: now, detail: "max-stale")
+            case .no:
+                if directives.maxAge == nil, directives.minFresh == nil, now < entry.freshUntil + windows.whileRevalidate {
+                    revalidateHTTPInBackground(p, key: baseKey, entry: entry)
+                    return CachedReply.make(entry, p, status: .stale, now: now, detail: "stale-while-revalidate")
+                }
+            }
+        }
+        if directives.onlyIfCached {
+            var reply = ProxyReply(status: 504, body: .buffer(ByteBuffer()))
+            reply.headers.add(name: "Cache-Status", value: "concierge; fwd=miss; detail=only-if-cached")
+            return ProxyAnswer(reply, RequestReport(endpoint: p.endpoint.name, cache: .miss))
+        }
+        let forward = directives.noCache ? "request" : entry != nil ? "stale" : varyIndex.varies(baseKey) ? "vary-miss" : "uri-miss"
+        let fetched: Fetched
+        if directives.noCache || directives.noStore {
+            fetched = await fetchAndStoreHTTP(p, baseKey: baseKey, store: !directives.noStore, revalidating: entry)
+        } else {
+            // Waiters get the leader's reply only when it is their variant too.
+            let shared = await coalescer.run(key: key) { await self.fetchAndStoreHTTP(p, baseKey: baseKey, store: true, revalidating: entry) }
+            fetched = shared.variant == nil || shared.variant == varyIndex.key(baseKey, request: p.originalHeaders)
+                ? shared : await fetchAndStoreHTTP(p, baseKey: baseKey, store: true, revalidating: nil)
+        }
+        if let updated = fetched.updated {
+            // A 304: the stored body with the refreshed fields.
+            var answer = CachedReply.make(updated, p, status: .hit, now: cache.clock.now)
+            answer.reply.headers.replaceOrAdd(name: "Cache-Status", value: "concierge; fwd=stale; fwd-status=304"
+                                              + (fetched.stored ? "; stored" : "") + "; ttl=\(updated.remainingTTL(at: cache.clock.now))")
+            return Self.conditional(answer, request: p.originalHeaders)
+        }
+        if case .upstreamDown = fetched.result, let entry, let windows {
+            if now < entry.freshUntil + windows.ifError {
+                return CachedReply.make(entry, p, status: .stale, now: now, detail: "stale-if-error")
+            }
+            if HTTPCaching.mustRevalidate(entry.headers) {
+                // must-revalidate with the upstream failing: a 504, never the stale entry (RFC 9111 §4.2.4).
+                var reply = LocalReplies.unavailable(p.config, status: 504)
+                reply.headers.replaceOrAdd(name: "Cache-Status", value: "concierge; fwd=stale; detail=must-revalidate")
+                return ProxyAnswer(reply, RequestReport(endpoint: p.endpoint.name, cache: .miss))
+            }
+        }
+        let status = fetched.result.answer.reply.status
+        return Self.withStatus(fetched.result.answer, directives.noCache ? .bypass : .miss,
+                               "concierge; fwd=\(forward); fwd-status=\(status)" + (fetched.stored ? "; stored" : ""))
+    }
+
+    /// One exchange, and its reply stored when RFC 9111 allows: a `GET` (a `HEAD` never fills
+    /// the entry its `GET` reads), under its variant's key. With `revalidating`, a stale entry
+    /// with validators, the request is made conditional, and a `304` refreshes that entry.
+    nonisolated(nonsending) func fetchAndStoreHTTP(_ p: PreparedRequest, baseKey: String, store: Bool, revalidating: CacheEntry?) async -> Fetched {
+        let seen = shared?.appliedSeq
+        var sent = p
+        let stale = revalidating.flatMap { entry in Self.makeConditional(&sent, entry) ? entry : nil }
+        let result = await exchange.run(sent)
+        let now = cache.clock.now
+        guard p.request.method == "GET", case .success(_, let storable?) = result else { return Fetched(result: result, stored: false) }
+        let policy = p.endpoint.cache
+        var (status, headers, body) = (storable.status, storable.headers, storable.body)
+        if let stale, status == 304 {
+            (status, headers, body) = (stale.status, HTTPCaching.updated(stale.headers, with: storable.headers), stale.body)
+            headers.remove(name: "age")
+        } else if status == 304 {
+            return Fetched(result: result, stored: false)
+        }
+        let freshness = HTTPCaching.storage(request: p.originalHeaders, status: status, reply: headers,
+                                            defaultTTL: policy.ttl.seconds, maxTTL: policy.maxTTL?.seconds,
+                                            endpointStale: (policy.staleWhileRevalidate.seconds, policy.staleIfError.seconds), now: now)
+        let validatable = HTTPCaching.validators(headers) != nil
+        let varying = headers["vary"].flatMap { FieldList.elements($0) }.filter { !$0.isEmpty }
+        // The stored `Age` is the reply's age on arrival, so a hit's `Age` adds to what made it stale.
+        let initialAge = Int(HTTPCaching.initialAge(headers, date: headers.first(name: "date").flatMap(HTTPDate.parse), now: now))
+        headers.remove(name: "age")
+        if initialAge > 0 { headers.add(name: "Age", value: String(initialAge)) }
+        var entry: CacheEntry? = nil
+        if let freshness, !varying.contains("*"), freshness.ttl > 0 || freshness.staleIfError > 0 || freshness.staleWhileRevalidate > 0 || validatable {
+            varyIndex.record(baseKey, fields: varying)
+            // A reply with validators is kept a day past its windows, to be revalidated.
+            entry = CacheEntry(key: varyIndex.key(baseKey, request: p.originalHeaders), endpoint: p.endpoint.name, userID: p.scope.userID,
+                               status: status, headers: headers, body: body, storedAt: now, ttl: freshness.ttl,
+                               staleWhileRevalidate: freshness.staleWhileRevalidate,
+                               staleIfError: max(freshness.staleIfError, validatable ? Self.validationRetention : 0),
+                               version: policy.version ?? p.config.settings.cache.version)
+        }
+        var stored = false
+        if store, let entry {
+            stored = cache.store(entry)
+            if stored, let shared, let seen { shared.store(entry, seen: seen) }
+        }
+        let updated = stale != nil && storable.status == 304
+            ? entry ?? CacheEntry(key: stale!.key, endpoint: p.endpoint.name, userID: p.scope.userID, status: status, headers: headers, body: body,
+                                  storedAt: now, ttl: 0, staleWhileRevalidate: 0, staleIfError: 0, version: stale!.version)
+            : nil
+        return Fetched(result: result, stored: stored, variant: varying.isEmpty ? nil : entry?.key, updated: updated)
+    }
+
+    /// How long past its stale windows an entry with validators is kept for revalidation.
+    static let validationRetention: Double = 86_400
+
+    /// Adds the stale entry's validators to the request (`If-None-Match`, `If-Modified-Since`);
+    /// `false` when the entry has none or the client sent conditions of its own.
+    static func makeConditional(_ p: inout PreparedRequest, _ entry: CacheEntry) -> Bool {
+        guard let (etag, modified) = HTTPCaching.validators(entry.headers) else { return false }
+        for name in ["if-none-match", "if-modified-since", "if-match", "if-unmodified-since", "if-range", "range"]
+        where p.originalHeaders.contains(name: name) {
+            return false
+        }
+        if let etag { p.request.headers.replaceOrAdd(name: "If-None-Match", value: etag) }
+        if let modified { p.request.headers.replaceOrAdd(name: "If-Modified-Since", value: modified) }
+        return true
+    }
+
+    /// A non-error reply to an unsafe method invalidates the stored replies of its target
+    /// and of a same-origin `Location` or `Content-Location` (RFC 9111 §4.4).
+    nonisolated(nonsending) private func invalidateAfterUnsafe(_ p: PreparedRequest, _ result: UpstreamExchange.Result) async {
+        // Unsafe: every method but the safe ones, unknown ones included.
+        guard !["GET", "HEAD", "OPTIONS", "TRACE"].contains(p.request.method) else { return }
+        let reply = result.answer.reply
+        guard (200..<400).contains(reply.status) else { return }
+        var keys = [p.getKey(target: p.receivedTarget)]
+        for name in ["location", "content-location"] {
+            guard let value = reply.headers.first(name: name), let target = Self.sameOriginTarget(value, base: p.upstream.baseURL, requestPath: p.request.path) else { continue }
+            keys.append(p.getKey(target: target))
+        }
+        for key in Set(keys) {
+            // The key itself and its variants (`key vary=…`).
+            guard let pattern = try? KeyPattern("^" + Self.literal(key) + "(?: vary=.*)?$") else { continue }
+            _ = try? await cache.invalidate(matching: pattern)
+        }
+    }
+
+    /// A `Location` as a path and query on the upstream's origin: a relative reference, or an
+    /// absolute URL of that origin; `nil` for another origin.
+    static func sameOriginTarget(_ value: String, base: String, requestPath: String) -> String? {
+        let trimmed = value.trimmingCharacters(in: .whitespaces)
+        if trimmed.hasPrefix("/"), !trimmed.hasPrefix("//") { return trimmed }
+        if let origin = Self.origin(of: base), trimmed.lowercased().hasPrefix(origin.lowercased()) {
+            let rest = String(trimmed.dropFirst(origin.count))
+            return rest.isEmpty ? "/" : rest.hasPrefix("/") ? rest : nil
+        }
+        if !trimmed.contains(":"), !trimmed.hasPrefix("//") {
+            // Relative to the request's directory.
+            let directory = requestPath.split(separator: "/", omittingEmptySubsequences: false).dropLast().joined(separator: "/")
+            return directory + "/" + trimmed
+        }
+        return nil
+    }
+
+    /// `scheme://authority` of a base URL.
+    private static func origin(of url: String) -> String? {
+        guard let scheme = url.range(of: "://") else { return nil }
+        let rest = url[scheme.upperBound...]
+        let end = rest.firstIndex(of: "/") ?? rest.endIndex
+        return String(url[..<end])
+    }
+
+    /// A PCRE2 literal: `\Q…\E`, with any `\E` inside split out.
+    static func literal(_ text: String) -> String {
+        "\\Q" + text.replacingOccurrences(of: "\\E", with: "\\E\\\\E\\Q") + "\\E"
+    }
+
+    /// A client's own conditional `GET` answered from a fresh entry (RFC 9110 §13.2.2): `304`
+    /// when its `If-None-Match` names the entry's `ETag` (weak comparison), or, without
+    /// `If-None-Match`, when the entry was not modified since `If-Modified-Since`.
+    static func conditional(_ answer: ProxyAnswer, request: HTTPHeaders) -> ProxyAnswer {
+        let reply = answer.reply
+        guard reply.status == 200 else { return answer }
+        var notModified = false
+        if request.contains(name: "if-none-match") {
+            guard let etag = reply.headers.first(name: "etag") else { return answer }
+            let wanted = request["if-none-match"].flatMap { $0.split(separator: ",") }.map { $0.trimmingCharacters(in: .whitespaces) }
+            notModified = wanted.contains("*") || wanted.contains { weakTag($0) == weakTag(etag) }
+        } else if let since = request.first(name: "if-modified-since").flatMap(HTTPDate.parse),
+                  let modified = (reply.headers.first(name: "last-modified") ?? reply.headers.first(name: "date")).flatMap(HTTPDate.parse) {
+            notModified = modified <= since
+        }
+        guard notModified else { return answer }
+        var headers = HTTPHeaders()
+        for (name, value) in reply.headers where !ASCIICase.equalsAny(name, lowercase: ["content-length", "content-type", "transfer-encoding"]) {
+            headers.add(name: name, value: value)
+        }
+        return ProxyAnswer(ProxyReply(status: 304, headers: headers, body: .buffer(ByteBuffer())), answer.report)
+    }
+
+    private static func weakTag(_ tag: String) -> String {
+        let t = tag.trimmingCharacters(in: .whitespaces)
+        return t.hasPrefix("W/") ? String(t.dropFirst(2)) : t
+    }
+
+    private static func withStatus(_ answer: ProxyAnswer, _ status: CacheStatus, _ cacheStatus: String) -> ProxyAnswer {
+        var answer = answer
+        answer.report.cache = status
+        answer.reply.headers.replaceOrAdd(name: "X-Cache", value: status.rawValue)
+        answer.reply.headers.replaceOrAdd(name: "Cache-Status", value: cacheStatus)
+        return answer
+    }
+
+    private func revalidateHTTPInBackground(_ p: PreparedRequest, key: String, entry: CacheEntry) {
+        revalidation.submit(key: key) {
+            _ = await self.coalescer.run(key: self.varyIndex.key(key, request: p.originalHeaders)) {
+                await self.fetchAndStoreHTTP(p, baseKey: key, store: true, revalidating: entry)
+            }
+        }
+    }
+}
