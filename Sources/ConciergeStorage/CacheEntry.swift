@@ -21,6 +21,9 @@ public struct CacheEntry: Sendable {
     /// The reply's head as ready bytes, made when the entry enters the hot tier (see
     /// ``CacheStore/init(database:maxBytes:memoryBytes:logger:encodeHead:)``): a hit writes it as is.
     public var encodedHead: EncodedHead? = nil
+    /// The entry's tags (`cache.tags`), stored beside it in `cache_tag`. Empty for an entry read
+    /// back from SQLite: tags are only ever looked up there.
+    public var tags: [String] = []
 
     public init(key: String, endpoint: String, userID: String?, status: Int, headers: HTTPHeaders,
                 body: ByteBuffer, storedAt: Double, ttl: Double, staleWhileRevalidate: Double, staleIfError: Double, version: Int) {
@@ -80,6 +83,10 @@ public enum InvalidationCriteria: Sendable {
     case user(String)
     /// Everything.
     case all
+    /// Entries carrying any of these tags (user-scoped ones too).
+    case tags([String])
+    /// The entries the inner criteria select, marked stale instead of removed (soft purge).
+    indirect case soft(InvalidationCriteria)
 
     public enum EndpointScope: Sendable {
         case everyone
@@ -100,7 +107,9 @@ public enum InvalidationCriteria: Sendable {
             case .sharedOnly: return entry.userID == nil
             case .sharedAnd(let user): return entry.userID == nil || entry.userID == user
             }
-        case .pattern:
+        case .tags(let tags):
+            return entry.tags.contains { tags.contains($0) }
+        case .pattern, .soft:
             return false
         }
     }
@@ -114,6 +123,8 @@ extension InvalidationCriteria {
         case .pattern(let source): value = ["pattern": .string(source)]
         case .user(let user): value = ["user": .string(user)]
         case .all: value = ["all": true]
+        case .tags(let tags): value = ["tags": .array(tags.map(JSONValue.string))]
+        case .soft(let inner): value = ["soft": JSONValue.parse(inner.json) ?? .null]
         case .endpoints(let names, let scope):
             let scopeValue: JSONValue
             switch scope {
@@ -135,6 +146,10 @@ extension InvalidationCriteria {
             self = .user(user)
         } else if fields["all"] == .bool(true) {
             self = .all
+        } else if case .array(let items)? = fields["tags"] {
+            self = .tags(items.compactMap(\.stringValue))
+        } else if let inner = fields["soft"], case .object = inner, let criteria = InvalidationCriteria(json: inner.serialized) {
+            self = .soft(criteria)
         } else if case .array(let items)? = fields["endpoints"] {
             let names = items.compactMap(\.stringValue)
             switch fields["scope"] {

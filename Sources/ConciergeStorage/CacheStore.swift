@@ -22,6 +22,7 @@ public final class CacheStore: Sendable {
         public var size: Int
         public var age: Int
         public var ttl: Int
+        public var tags: [String] = []
     }
 
     public let database: StorageDatabase
@@ -125,10 +126,53 @@ public final class CacheStore: Sendable {
     /// - Throws: ``KeyPatternError`` for a pattern that is invalid, exceeds a limit on some key
     ///   or ``patternScanLimit``: nothing is removed then.
     public func invalidate(_ criteria: InvalidationCriteria) async throws -> Int {
-        if case .pattern(let source) = criteria { return try await invalidate(matching: KeyPattern(source)) }
+        switch criteria {
+        case .pattern(let source):
+            return try await invalidate(matching: KeyPattern(source))
+        case .soft(let inner):
+            return try await markStale(inner)
+        case .tags(let tags):
+            // What is queued first (it is older than this call), then the tag index.
+            await flush()
+            let matched = try await reader.rows(taggedWith: tags)
+            hot.remove(where: criteria)
+            hot.remove(keys: matched.keys)
+            return try await withCheckedThrowingContinuation { continuation in
+                writer.enqueue(.deleteMatched(matched, continuation))
+            }
+        case .all, .user, .endpoints:
+            break
+        }
         hot.remove(where: criteria)
         return try await withCheckedThrowingContinuation { continuation in
             writer.enqueue(.invalidate(criteria, continuation))
+        }
+    }
+
+    /// A soft purge: the selected entries are marked stale (fresh until now) instead of removed,
+    /// then served only as their stale windows (or validators) allow; returns how many were
+    /// fresh. The hot tier drops them, so a hit reads the marked row.
+    public func markStale(_ criteria: InvalidationCriteria) async throws -> Int {
+        var matched: CacheWriter.MatchedRows? = nil
+        switch criteria {
+        case .soft(let inner):
+            return try await markStale(inner)
+        case .pattern(let source):
+            let pattern = try KeyPattern(source)
+            await flush()
+            let deadline = ContinuousClock.now + Self.patternScanLimit
+            matched = try await reader.rows(matching: pattern, until: deadline)
+            try hot.removeKeys(matching: pattern, until: deadline)
+        case .tags(let tags):
+            await flush()
+            matched = try await reader.rows(taggedWith: tags)
+            hot.remove(where: criteria)
+        case .all, .user, .endpoints:
+            hot.remove(where: criteria)
+        }
+        if let matched { hot.remove(keys: matched.keys) }
+        return try await withCheckedThrowingContinuation { continuation in
+            writer.enqueue(.markStale(matched, criteria, continuation))
         }
     }
 

@@ -184,6 +184,14 @@ public final class StorageDatabase: Sendable {
                 CREATE TABLE fleet_outbox (id INTEGER PRIMARY KEY AUTOINCREMENT, fleet TEXT NOT NULL, criteria TEXT NOT NULL);
                 """)
         }
+        migrator.registerMigration("v4: cache tags") { db in
+            // One row per tag of an entry: invalidation by tag reads the primary key's index,
+            // never every key. Rows of a key no longer stored are left to the sweep.
+            try db.execute(sql: """
+                CREATE TABLE cache_tag (tag TEXT NOT NULL, key TEXT NOT NULL, PRIMARY KEY (tag, key)) WITHOUT ROWID;
+                CREATE INDEX cache_tag_key ON cache_tag(key);
+                """)
+        }
         return migrator
     }
 

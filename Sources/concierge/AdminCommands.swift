@@ -93,23 +93,31 @@ func printJSON(_ value: JSONValue) {
 }
 
 struct InvalidateCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "invalidate", abstract: "Remove cached entries.")
+    static let configuration = CommandConfiguration(commandName: "invalidate", abstract: "Remove cached entries (or, with --soft, mark them stale).")
     @OptionGroup var options: AdminOptions
     @Option(help: "Regular expression searched in the cache keys.") var pattern: String?
     @Option(help: "Endpoint name whose entries to remove.") var endpoint: String?
+    @Option(name: .customLong("tag"), help: "A tag (cache.tags); repeat for several: entries with any of them go.") var tags: [String] = []
     @Flag(help: "Remove every entry.") var all = false
+    @Flag(help: "Mark the entries stale instead: served only as their stale windows allow, refreshed from the upstream.") var soft = false
     @Flag(name: .customLong("wait-fleet"), help: "In a fleet: answer once every node has applied it (up to 5 s).") var waitFleet = false
 
     func validate() throws {
-        let given = [pattern != nil, endpoint != nil, all].filter { $0 }.count
-        guard given == 1 else { throw ValidationError("give exactly one of --pattern, --endpoint or --all") }
+        let given = [pattern != nil, endpoint != nil, !tags.isEmpty, all].filter { $0 }.count
+        guard given == 1 else { throw ValidationError("give exactly one of --pattern, --endpoint, --tag or --all") }
     }
 
     func run() async throws {
-        let body: JSONValue = pattern.map { ["pattern": .string($0)] } ?? endpoint.map { ["endpoint": .string($0)] } ?? ["all": true]
-        let reply = try await AdminClient(options).send(.POST, waitFleet ? "/cache/invalidate?wait=fleet" : "/cache/invalidate", body: body)
+        var body: [String: JSONValue] = pattern.map { ["pattern": .string($0)] } ?? endpoint.map { ["endpoint": .string($0)] }
+            ?? (tags.isEmpty ? ["all": true] : ["tags": .array(tags.map(JSONValue.string))])
+        if soft { body["soft"] = true }
+        let reply = try await AdminClient(options).send(.POST, waitFleet ? "/cache/invalidate?wait=fleet" : "/cache/invalidate", body: .object(body))
         if options.json { printJSON(reply); return }
-        print("removed \(reply[path: "removed"]?.parameterText ?? "?") entries")
+        if soft {
+            print("marked \(reply[path: "marked"]?.parameterText ?? "?") entries stale")
+        } else {
+            print("removed \(reply[path: "removed"]?.parameterText ?? "?") entries")
+        }
         if reply[path: "fleet"] == "pending" {
             print("fleet: pending (PostgreSQL does not answer; delivered once it does)")
         } else if let seq = reply[path: "fleet.seq"]?.parameterText {

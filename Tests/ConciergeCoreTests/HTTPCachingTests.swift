@@ -111,3 +111,31 @@ struct HTTPCachingTests {
         #expect(HTTPCaching.validators(HTTPHeaders([("Cache-Control", "max-age=1")])) == nil)
     }
 }
+
+/// `cache.tags` templates, pure.
+@Suite("Cache tag templates")
+struct CacheTagsTests {
+    @Test("path params by the match's names, query params, JSON paths (an array: one tag each), missing values leave the tag out")
+    func evaluate() throws {
+        let tags = try CacheTags.parse(["item:{id}", "items", "owner:{data.result.ownerId}", "shop:{query.shop}", "{id}-{data.kind}"],
+                                       header: "Surrogate-Key", matchPath: "/api/items/{id}").get()
+        let json = JSONValue.parse(#"{"data":{"result":{"ownerId":[7,"x",true,null]},"kind":"book"}}"#)
+        let all = tags.evaluate(path: "/api/items/42", params: [Param("shop", "9")], json: json, headerValues: ["a b", "c,a"])
+        #expect(all == ["item:42", "items", "owner:7", "owner:x", "owner:true", "shop:9", "42-book", "a", "b", "c"])
+        let bare = tags.evaluate(path: "/api/items/42", params: [], json: nil)
+        #expect(bare == ["item:42", "items"], "no JSON, no query param: those tags are left out")
+        let plain = try CacheTags.parse(["x:{id}"], header: nil, matchPath: "/a/{id}").get()
+        #expect(tags.readsJSON && !plain.readsJSON)
+    }
+
+    @Test("bad templates are refused with their index")
+    func refused() {
+        for (texts, index) in [(["ok", "x:{id"], 1), (["{}"], 0), (["{query.}"], 0), ([""], 0)] {
+            guard case .failure(let problem) = CacheTags.parse(texts, header: nil, matchPath: "/a/{id}") else {
+                Issue.record("\(texts) accepted")
+                continue
+            }
+            #expect(problem.index == index)
+        }
+    }
+}

@@ -160,7 +160,17 @@ extension ConfigLoader {
         }
         var explicitScope: EndpointPolicy.Scope? = nil
         policy.cache.ttl = cache.defaultTTL
-        if let n = m["cache"], let cm = r.mapping(n, "\(path).cache", allowed: ["ttl", "scope", "stale_if_error", "stale_while_revalidate", "version", "mode", "max_ttl"]) {
+        if let n = m["cache"], let cm = r.mapping(n, "\(path).cache", allowed: ["ttl", "scope", "stale_if_error", "stale_while_revalidate", "version", "mode", "max_ttl",
+                                                                              "tags", "tags_header"]) {
+            var templates: [String] = []
+            var tagsHeader: String? = nil
+            if let v = cm["tags"], let list = r.stringList(v, "\(path).cache.tags") { templates = list }
+            if let v = cm["tags_header"], let s = r.nonEmptyString(v, "\(path).cache.tags_header") { tagsHeader = s }
+            let matchPath = matchText.split(separator: " ").first { $0.hasPrefix("/") }.map(String.init) ?? ""
+            switch CacheTags.parse(templates, header: tagsHeader, matchPath: matchPath) {
+            case .success(let tags): policy.cache.tags = tags
+            case .failure(let problem): r.fail("\(path).cache.tags[\(problem.index)]", cm["tags"]!, "invalid tag template: \(problem.message)")
+            }
             if let v = cm["mode"], let mode = cacheMode(v, "\(path).cache.mode", r) { policy.cache.mode = mode }
             if let v = cm["max_ttl"], let d = r.duration(v, "\(path).cache.max_ttl") { policy.cache.maxTTL = d }
             if let v = cm["ttl"], let d = r.duration(v, "\(path).cache.ttl") { policy.cache.ttl = d }

@@ -22,6 +22,8 @@ public struct EndpointPolicy: Sendable {
         public var mode: Mode = .ttl
         /// With `mode: http`, a cap on the freshness an upstream gives.
         public var maxTTL: Duration? = nil
+        /// `tags` and `tags_header`: what a stored entry is tagged with.
+        public var tags: CacheTags = .none
     }
 
     public enum Signing: Sendable {

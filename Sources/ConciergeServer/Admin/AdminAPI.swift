@@ -63,13 +63,25 @@ struct AdminAPI: Sendable {
         case let other?: return error(.badRequest, "wait must be 'fleet', not '\(other)'")
         }
         let body = try await readJSON(request)
-        guard case .object(let fields) = body, fields.count == 1 else {
-            return error(.badRequest, "give exactly one of {\"pattern\": REGEX}, {\"endpoint\": NAME} or {\"all\": true}")
+        let usage = "give exactly one of {\"pattern\": REGEX}, {\"endpoint\": NAME}, {\"tags\": [TAG, ...]} or {\"all\": true}, and optionally \"soft\": true"
+        guard case .object(var fields) = body else { return error(.badRequest, usage) }
+        var soft = false
+        if let flag = fields.removeValue(forKey: "soft") {
+            guard case .bool(let b) = flag else { return error(.badRequest, "soft must be true or false") }
+            soft = b
         }
-        let criteria: InvalidationCriteria
+        guard fields.count == 1 else { return error(.badRequest, usage) }
+        var criteria: InvalidationCriteria
         let by: String
         var pattern: KeyPattern?
-        if case .string(let source)? = fields["pattern"] {
+        if case .array(let items)? = fields["tags"] {
+            let tags = items.compactMap(\.stringValue)
+            guard !tags.isEmpty, tags.count == items.count, tags.allSatisfy({ !$0.isEmpty }) else {
+                return error(.badRequest, "tags must be a non-empty list of non-empty strings")
+            }
+            criteria = .tags(tags)
+            by = "tags"
+        } else if case .string(let source)? = fields["pattern"] {
             do { pattern = try KeyPattern(source) } catch { return Self.refusal(error) }
             criteria = .pattern(source)
             by = "pattern"
@@ -83,11 +95,14 @@ struct AdminAPI: Sendable {
             criteria = .all
             by = "all"
         } else {
-            return error(.badRequest, "give exactly one of {\"pattern\": REGEX}, {\"endpoint\": NAME} or {\"all\": true}")
+            return error(.badRequest, usage)
         }
-        let removed: Int
+        if soft { criteria = .soft(criteria) }
+        var removed = 0, marked = 0
         do {
-            if let pattern {
+            if soft {
+                marked = try await control.cache.markStale(criteria)
+            } else if let pattern {
                 removed = try await control.cache.invalidate(matching: pattern)
             } else {
                 removed = try await control.cache.invalidate(criteria)
@@ -95,13 +110,15 @@ struct AdminAPI: Sendable {
         } catch let refused as KeyPatternError {
             return Self.refusal(refused)
         }
+        var counts: [String: JSONValue] = ["removed": .int(Int64(removed))]
+        if soft { counts["marked"] = .int(Int64(marked)) }
         control.stats.increment(.invalidations)
-        control.events.publish("cache.invalidated", ["by": .string(by), "removed": .int(Int64(removed))])
-        control.logger.info("cache invalidated", metadata: ["by": "\(by)", "removed": "\(removed)"])
+        control.events.publish("cache.invalidated", .object(counts.merging(["by": .string(by)]) { $1 }))
+        control.logger.info("cache invalidated", metadata: ["by": "\(by)", "removed": "\(removed)", "soft": "\(soft)", "marked": "\(marked)"])
         // In a fleet: logged for every node (`{"seq": N}`; with `?wait=fleet`, once every node
         // seen in the last minute applied it, or after 5 s with those that have not), or kept
         // until PostgreSQL answers (202).
-        guard let fleet = control.lifecycle.fleetInvalidations else { return json(["removed": .int(Int64(removed))]) }
+        guard let fleet = control.lifecycle.fleetInvalidations else { return json(.object(counts)) }
         switch await fleet.publish(criteria) {
         case .logged(let seq):
             var reply: [String: JSONValue] = ["seq": .int(seq)]
@@ -109,9 +126,11 @@ struct AdminAPI: Sendable {
                 let lagging = await fleet.waitUntilApplied(seq)
                 reply["lagging"] = lagging.map { .array($0.map { .string($0) }) } ?? .null
             }
-            return json(["removed": .int(Int64(removed)), "fleet": .object(reply)])
+            counts["fleet"] = .object(reply)
+            return json(.object(counts))
         case .pending:
-            return json(["removed": .int(Int64(removed)), "fleet": "pending"], status: .accepted)
+            counts["fleet"] = "pending"
+            return json(.object(counts), status: .accepted)
         }
     }
 
@@ -135,7 +154,8 @@ struct AdminAPI: Sendable {
         }
         let entries: [JSONValue] = page.entries.map { e in
             ["key": .string(e.key), "endpoint": .string(e.endpoint), "user": e.userID.map(JSONValue.string) ?? .null,
-             "size": .int(Int64(e.size)), "age": .int(Int64(e.age)), "ttl": .int(Int64(e.ttl))]
+             "size": .int(Int64(e.size)), "age": .int(Int64(e.age)), "ttl": .int(Int64(e.ttl)),
+             "tags": .array(e.tags.map(JSONValue.string))]
         }
         return json(["entries": .array(entries), "next": page.next.map(JSONValue.string) ?? .null])
     }

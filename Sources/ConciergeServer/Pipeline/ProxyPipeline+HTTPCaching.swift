@@ -109,6 +109,7 @@ extension ProxyPipeline {
                                staleWhileRevalidate: freshness.staleWhileRevalidate,
                                staleIfError: max(freshness.staleIfError, validatable ? Self.validationRetention : 0),
                                version: policy.version ?? p.config.settings.cache.version)
+            entry?.tags = Self.tags(p, Storable(status: status, headers: headers, body: body, headerTags: storable.headerTags))
         }
         var stored = false
         if store, let entry {

@@ -123,13 +123,23 @@ public final class ProxyPipeline: Sendable {
         let result = await exchange.run(p)
         guard case .success(_, let storable?) = result else { return Fetched(result: result, stored: false) }
         let policy = p.endpoint.cache
-        let entry = CacheEntry(key: key, endpoint: p.endpoint.name, userID: p.scope.userID, status: storable.status,
+        var entry = CacheEntry(key: key, endpoint: p.endpoint.name, userID: p.scope.userID, status: storable.status,
                                headers: storable.headers, body: storable.body, storedAt: cache.clock.now,
                                ttl: policy.ttl.seconds, staleWhileRevalidate: policy.staleWhileRevalidate.seconds,
                                staleIfError: policy.staleIfError.seconds, version: policy.version ?? p.config.settings.cache.version)
+        entry.tags = Self.tags(p, storable)
         let stored = cache.store(entry)
         if stored, let shared, let seen { shared.store(entry, seen: seen) }
         return Fetched(result: result, stored: stored)
+    }
+
+    /// The tags of a reply to be stored (`cache.tags`, `cache.tags_header`).
+    static func tags(_ p: PreparedRequest, _ storable: Storable) -> [String] {
+        let tags = p.endpoint.cache.tags
+        guard !tags.isEmpty else { return [] }
+        let params = p.request.query + (p.request.paramsGoInQuery ? [] : p.request.body.params)
+        let json = tags.readsJSON ? JSONValue.parse(storable.body.readableBytesView) : nil
+        return tags.evaluate(path: p.request.path, params: params, json: json, headerValues: storable.headerTags)
     }
 
     private func withCacheHeaders(_ fetched: Fetched, _ status: CacheStatus, cacheStatus: String) -> ProxyAnswer {

@@ -9,6 +9,8 @@ struct Storable: Sendable {
     var status: Int
     var headers: HTTPHeaders
     var body: ByteBuffer
+    /// The values of the endpoint's `cache.tags_header`, taken out of the reply.
+    var headerTags: [String] = []
 }
 
 /// Step 6 of the request path (docs/architecture.md) for a buffered request: inject the
@@ -107,8 +109,23 @@ struct UpstreamExchange: Sendable {
         return .upstreamDown(attempt.answer(LocalReplies.unavailable(p.config, status: status), p))
     }
 
-    /// Step 6 for one upstream reply: the envelope, then renew-and-replay, logout or success.
+    /// Step 6 for one upstream reply. The endpoint's `cache.tags_header` is taken out first: the
+    /// client never sees it, and a stored reply carries its values as tags.
     nonisolated(nonsending) private func judge(_ response: UpstreamResponse, _ p: PreparedRequest, _ attempt: Attempt) async -> Step {
+        guard let tagsHeader = p.endpoint.cache.tags.header, response.headers.contains(name: tagsHeader) else {
+            return await judgeReply(response, p, attempt)
+        }
+        var response = response
+        let values = response.headers[tagsHeader]
+        response.headers.remove(name: tagsHeader)
+        let step = await judgeReply(response, p, attempt)
+        guard case .done(.success(let answer, var storable?)) = step else { return step }
+        storable.headerTags = values
+        return .done(.success(answer, storable: storable))
+    }
+
+    /// The envelope, then renew-and-replay, logout or success.
+    nonisolated(nonsending) private func judgeReply(_ response: UpstreamResponse, _ p: PreparedRequest, _ attempt: Attempt) async -> Step {
         let headers = HopByHopFields.endToEnd(response.headers, dropping: Self.replacedInReplies)
         var upstreamAnswer = attempt.answer(ProxyReply(status: response.status, headers: headers, body: .buffer(response.body)), p)
         if let stale = attempt.token, p.config.settings.session.refreshOnStatus.contains(response.status) {

@@ -95,7 +95,9 @@ final class CacheReader: Sendable {
             let from = after
             let rows = try await database.pool.read { db in
                 try Row.fetchAll(db, sql: """
-                    SELECT rowid, key, endpoint, user_id, size, stored_at, ttl FROM cache_entry WHERE key > ? ORDER BY key LIMIT ?
+                    SELECT rowid, key, endpoint, user_id, size, stored_at, ttl,
+                      (SELECT group_concat(tag, char(31)) FROM cache_tag WHERE cache_tag.key = cache_entry.key) AS tags
+                    FROM cache_entry WHERE key > ? ORDER BY key LIMIT ?
                     """, arguments: [from, Self.scanSliceRows])
             }
             if rows.isEmpty { break }
@@ -106,8 +108,10 @@ final class CacheReader: Sendable {
                 if let matcher, try !matcher.matches(key) { continue }
                 if index.isDoomed(row["rowid"]) { continue }
                 let storedAt: Double = row["stored_at"], ttl: Double = row["ttl"]
+                let tags = (row["tags"] as String?).map { $0.split(separator: "\u{1F}").map(String.init).sorted() } ?? []
                 result.append(CacheStore.EntrySummary(key: key, endpoint: row["endpoint"], userID: row["user_id"], size: row["size"],
-                                                      age: max(0, Int(now - storedAt)), ttl: Int((storedAt + ttl - now).rounded(.down))))
+                                                      age: max(0, Int(now - storedAt)), ttl: Int((storedAt + ttl - now).rounded(.down)),
+                                                      tags: tags))
                 if result.count > limit { break }
             }
         }
@@ -116,6 +120,25 @@ final class CacheReader: Sendable {
             return (result, result.last?.key)
         }
         return (result, nil)
+    }
+
+    /// The rows carrying any of the tags, through the tag table's index (a cost per matching
+    /// entry, never a scan of every key).
+    func rows(taggedWith tags: [String]) async throws -> CacheWriter.MatchedRows {
+        guard !tags.isEmpty else { return CacheWriter.MatchedRows(rows: [], keys: []) }
+        let marks = Array(repeating: "?", count: tags.count).joined(separator: ",")
+        return try await database.pool.read { db in
+            let rows = try Row.fetchCursor(db, sql: """
+                SELECT DISTINCT e.rowid, e.key, e.size FROM cache_tag t JOIN cache_entry e ON e.key = t.key WHERE t.tag IN (\(marks))
+                """, arguments: StatementArguments(tags))
+            var matched = CacheWriter.MatchedRows(rows: [], keys: [])
+            while let row = try rows.next() {
+                let key: String = row["key"]
+                matched.rows.append(KeyIndex.Row(rowid: row["rowid"], hash: KeyHash.of(key), size: row["size"]))
+                matched.keys.append(key)
+            }
+            return matched
+        }
     }
 
     /// How many rows one read of a pattern scan takes: the writer and other readers run

@@ -27,6 +27,11 @@ extension CacheWriter {
         }
         try Self.upsert(entry, lastAccess: now, with: try db.cachedStatement(sql: Self.upsertSQL), in: db)
         let rowid = old?.rowid ?? db.lastInsertedRowID
+        if !entry.tags.isEmpty {
+            try db.cachedStatement(sql: "DELETE FROM cache_tag WHERE key = ?").execute(arguments: [entry.key])
+            let tag = try db.cachedStatement(sql: "INSERT OR IGNORE INTO cache_tag (tag, key) VALUES (?, ?)")
+            for name in entry.tags { try tag.execute(arguments: [name, entry.key]) }
+        }
         index.update { $0.stored(rowid: rowid, size: entry.size, replacing: old) }
     }
 
@@ -94,6 +99,7 @@ extension CacheWriter {
         case .all:
             let before = index.totals.entries
             try db.execute(sql: "DELETE FROM cache_entry")
+            try db.execute(sql: "DELETE FROM cache_tag")
             index.update { $0.deletedAll() }
             return before
         case .user(let user):
@@ -110,10 +116,52 @@ extension CacheWriter {
                 arguments += [user]
                 return try deleteRows(db, where: "endpoint IN (\(marks)) AND (user_id IS NULL OR user_id = ?)", arguments)
             }
-        case .pattern:
-            // Matched off the writer, then deleted as ``Work/deleteMatched(_:_:)``.
+        case .pattern, .tags, .soft:
+            // Matched off the writer (a scan, the tag index), then deleted as
+            // ``Work/deleteMatched(_:_:)``; a soft purge is ``Work/markStale(_:_:_:)``.
             return 0
         }
+    }
+
+    /// A soft purge: the selected entries that are fresh become fresh until `now` only, and
+    /// usable as long as their stale windows allow from now. The rows stay (the key index is
+    /// unchanged); a reader takes them, marked, from SQLite.
+    func markStale(_ rows: [KeyIndex.Row]?, _ criteria: InvalidationCriteria, in db: Database, now: Double) throws -> Int {
+        let set = "SET ttl = ?1 - stored_at, usable_until = ?1 + MAX(swr, sie)"
+        if let rows {
+            let mark = try db.cachedStatement(sql: "UPDATE cache_entry \(set) WHERE rowid = ?2 AND stored_at + ttl > ?1")
+            var marked = 0
+            for row in rows where !index.isDoomed(row.rowid) {
+                try mark.execute(arguments: [now, row.rowid])
+                marked += db.changesCount
+            }
+            return marked
+        }
+        let fresh = "stored_at + ttl > ?1"
+        switch criteria {
+        case .all:
+            try db.execute(sql: "UPDATE cache_entry \(set) WHERE \(fresh)", arguments: [now])
+        case .user(let user):
+            try db.execute(sql: "UPDATE cache_entry \(set) WHERE \(fresh) AND user_id = ?2", arguments: [now, user])
+        case .endpoints(let names, let scope):
+            let marks = (0..<max(1, names.count)).map { "?\($0 + 2)" }.joined(separator: ",")
+            var arguments: StatementArguments = [now]
+            arguments += StatementArguments(names.isEmpty ? [""] : names)
+            let user = "?\(max(1, names.count) + 2)"
+            switch scope {
+            case .everyone:
+                try db.execute(sql: "UPDATE cache_entry \(set) WHERE \(fresh) AND endpoint IN (\(marks))", arguments: arguments)
+            case .sharedOnly:
+                try db.execute(sql: "UPDATE cache_entry \(set) WHERE \(fresh) AND endpoint IN (\(marks)) AND user_id IS NULL", arguments: arguments)
+            case .sharedAnd(let u):
+                arguments += [u]
+                try db.execute(sql: "UPDATE cache_entry \(set) WHERE \(fresh) AND endpoint IN (\(marks)) AND (user_id IS NULL OR user_id = \(user))",
+                               arguments: arguments)
+            }
+        case .pattern, .tags, .soft:
+            return 0  // rows found by a scan or the tag index come as `rows`
+        }
+        return db.changesCount
     }
 
     /// Pattern invalidation, once a scan off the writer found the rows: those still holding the
@@ -167,6 +215,8 @@ extension CacheWriter {
             let marks = Array(repeating: "?", count: names.count).joined(separator: ",")
             n += try deleteRows(db, where: "endpoint NOT IN (\(marks))", StatementArguments(names))
         }
+        // Tags of keys no longer stored (deleted by any path).
+        try db.execute(sql: "DELETE FROM cache_tag WHERE key NOT IN (SELECT key FROM cache_entry)")
         return n
     }
 }

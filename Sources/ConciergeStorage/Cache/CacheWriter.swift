@@ -22,6 +22,9 @@ final class CacheWriter: Sendable {
         case sweep([String: Int], CheckedContinuation<Int, Never>)
         /// One slice of deleting rows a large invalidation doomed; the rest is queued after it.
         case deleteDoomed(DoomedRows)
+        /// A soft purge: the rows a scan found (pattern, tags) or the criteria select, marked
+        /// stale (fresh until now); the count of entries that were fresh.
+        case markStale(MatchedRows?, InvalidationCriteria, CheckedContinuation<Int, any Error>)
         case barrier(CheckedContinuation<Void, Never>)
     }
 
@@ -221,6 +224,11 @@ final class CacheWriter: Sendable {
                 guard case .success = result else { break }  // retried (``drain()``)
                 rows.next += DoomedRows.sliceRows
                 if rows.next < rows.rowids.count { enqueue(.deleteDoomed(rows)) }
+            case .markStale(let matched, let criteria, let continuation):
+                // Marked rows are read again from SQLite, as a reader may have promoted the
+                // unmarked one meanwhile.
+                if let matched { removedKeys += matched.keys } else { removed.append(criteria) }
+                continuation.resume(with: result)
             case .barrier(let continuation):
                 continuation.resume()
             }
@@ -245,6 +253,8 @@ final class CacheWriter: Sendable {
         case .deleteDoomed(let rows):
             try deleteDoomedSlice(rows, in: db)
             return 0
+        case .markStale(let matched, let criteria, _):
+            return try markStale(matched?.rows, criteria, in: db, now: now)
         case .barrier:
             return 0
         }

@@ -93,6 +93,14 @@ extension FleetDatabase {
                     DELETE FROM concierge.cache WHERE fleet = \(fleet) AND endpoint = ANY(\(names)) AND (user_id IS NULL OR user_id = \(user))
                     """, logger: logger)
             }
+        case .soft(let inner):
+            // Marking shared copies stale would need every node's stale windows: they go, and
+            // each node keeps its own copy, marked.
+            try await deleteShared(db, fleet: fleet, criteria: inner.json, logger: logger)
+        case .tags:
+            // The shared table keeps no tags: every shared copy goes (more than asked, never a
+            // tagged entry left fresh).
+            try await db.query("DELETE FROM concierge.cache WHERE fleet = \(fleet)", logger: logger)
         case .pattern(let source):
             let matcher = (try? KeyPattern(source))?.matcher()
             let rows = try await db.query("SELECT key FROM concierge.cache WHERE fleet = \(fleet)", logger: logger)
