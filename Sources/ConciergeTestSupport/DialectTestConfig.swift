@@ -63,7 +63,7 @@ public enum DialectTestConfig {
 
     public static let weChatEndpoints = """
         - { name: userInfo, match: "GET /cgi-bin/user/info", login: required, cache: { ttl: 60s } }
-        - { name: items, match: "GET /cgi-bin/items", login: required, cache: { ttl: 60s } }
+        - { name: items, match: "GET /cgi-bin/items", login: required, cache: { ttl: 60s, tags: ["items", "q:{query.shared}"] } }
         - { name: forbidden, match: "GET /cgi-bin/forbidden", login: required, cache: { ttl: 60s } }
         - { name: stale, match: "GET /cgi-bin/stale", login: required }
         """

@@ -56,6 +56,29 @@ extension FleetTests {
         }
     }
 
+    @Test("by tags and soft: made on one node, applied on the others (a soft purge marks, the next request there is a miss without a stale window)")
+    func tagsAndSoftReachEveryNode() async throws {
+        try await Self.withFleet { rigs, _, _ in
+            for rig in rigs { _ = try await rig.get("/cgi-bin/items?shared=7") }
+            #expect(try await rigs[2].get("/cgi-bin/items?shared=7").header("X-Cache") == "HIT")
+            let byTag = try await Self.invalidate(rigs[0], ["tags": ["q:7"]])
+            let seq = try #require(byTag.seq)
+            for rig in rigs.dropFirst() {
+                #expect(try await eventually { try await Self.appliedSeq(rig) >= seq })
+                #expect(try await rig.get("/cgi-bin/items?shared=7").header("X-Cache") == "MISS")
+            }
+            #expect(try await rigs[1].get("/cgi-bin/items?shared=7").header("X-Cache") == "HIT")
+            _ = try await rigs[0].get("/cgi-bin/items?shared=7")
+            let soft = try await rigs[0].admin(.POST, "/cache/invalidate", json: ["tags": ["items"], "soft": true])
+            #expect(soft.json?[path: "marked"] == 1 && soft.json?[path: "removed"] == 0)
+            let softSeq = try #require(soft.json?[path: "fleet.seq"]?.intValue)
+            for rig in rigs.dropFirst() {
+                #expect(try await eventually { try await Self.appliedSeq(rig) >= Int64(softSeq) })
+                #expect(try await rig.get("/cgi-bin/items?shared=7").header("X-Cache") == "MISS", "marked stale, no window")
+            }
+        }
+    }
+
     @Test("the listeners' connections cut (pg_terminate_backend) twice during 1,000 invalidations of mixed kinds: none lost")
     func cutConnectionsLoseNothing() async throws {
         try await Self.withFleet(nodes: 2) { rigs, cluster, _ in

@@ -201,4 +201,38 @@ struct HTTPCachingModeTests {
             #expect(origin.requests(path: "/h/x").map(\.method) == ["HEAD", "GET"])
         }
     }
+
+    @Test("Range from a stored 200: one range as 206 with Content-Range, past the end 416, several ranges the whole 200; a 5xx with its own freshness is stored")
+    func rangesAndServerErrors() async throws {
+        let clock = ManualClock()
+        let origin = try await HTTPTestOrigin.start { request, n in
+            switch request.path {
+            case "/h/error": return .init(status: 503, headers: [("Cache-Control", "max-age=60")], body: "down #\(n)")
+            case "/s/flaky": return n == 0 ? .init(headers: [("Cache-Control", "max-age=1")], body: "good") : .init(status: 500, body: "bad")
+            default: return .init(headers: [("Cache-Control", "max-age=60"), ("ETag", "\"e1\"")], body: "0123456789")
+            }
+        }
+        try await withRig(origin, clock: clock) { rig in
+            _ = try await rig.get("/h/bytes")
+            let part = try await rig.get("/h/bytes", headers: [("Range", "bytes=2-4")])
+            #expect(part.status == 206 && part.text == "234" && part.header("Content-Range") == "bytes 2-4/10")
+            #expect(try await rig.get("/h/bytes", headers: [("Range", "bytes=-3")]).text == "789")
+            #expect(try await rig.get("/h/bytes", headers: [("Range", "bytes=7-")]).text == "789")
+            let beyond = try await rig.get("/h/bytes", headers: [("Range", "bytes=20-30")])
+            #expect(beyond.status == 416 && beyond.header("Content-Range") == "bytes */10")
+            #expect(try await rig.get("/h/bytes", headers: [("Range", "bytes=0-1,4-5")]).status == 200)
+            #expect(try await rig.get("/h/bytes", headers: [("Range", "bytes=0-1"), ("If-Range", "\"other\"")]).status == 200)
+            #expect(origin.requests(path: "/h/bytes").count == 1, "all from the stored reply")
+
+            #expect(try await rig.get("/h/error").status == 503)
+            let again = try await rig.get("/h/error")
+            #expect(again.status == 503 && again.text == "down #0" && again.header("X-Cache") == "HIT", "stored: it said max-age=60")
+
+            _ = try await rig.get("/s/flaky")
+            clock.advance(by: 5)
+            let stale = try await rig.get("/s/flaky")
+            #expect(stale.status == 200 && stale.text == "good" && stale.header("X-Cache") == "STALE",
+                    "a 500 without freshness is a failure: stale_if_error answers")
+        }
+    }
 }

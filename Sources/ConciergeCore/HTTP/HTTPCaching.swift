@@ -99,6 +99,12 @@ public enum HTTPCaching {
         return (d.staleWhileRevalidate.map(Double.init) ?? endpointStale.whileRevalidate, d.staleIfError.map(Double.init) ?? endpointStale.ifError)
     }
 
+    /// Whether the reply says how long it stays fresh (`max-age`, `s-maxage`, `Expires`).
+    public static func hasExplicitFreshness(_ reply: HTTPHeaders) -> Bool {
+        let d = directives(reply)
+        return d.maxAge != nil || d.sMaxAge != nil || reply.contains(name: "expires")
+    }
+
     /// Whether a stored reply can be revalidated: it has an `ETag` or a `Last-Modified`.
     public static func validators(_ reply: HTTPHeaders) -> (etag: String?, lastModified: String?)? {
         let etag = reply.first(name: "etag"), modified = reply.first(name: "last-modified")

@@ -25,7 +25,8 @@ extension ProxyPipeline {
             let mustRevalidate = HTTPCaching.mustRevalidate(entry.headers)
             switch directives.use(age: age, freshLeft: entry.freshUntil - now, mustRevalidate: mustRevalidate) {
             case .fresh:
-                return Self.conditional(CachedReply.make(entry, p, status: .hit, now: now), request: p.originalHeaders)
+                let hit = Self.conditional(CachedReply.make(entry, p, status: .hit, now: now), request: p.originalHeaders)
+                return Self.ranged(hit, request: p.originalHeaders)
             case .staleAccepted:
                 return CachedReply.make(entry, p, status: .stale, now: now, detail: "max-stale")
             case .no:
@@ -209,6 +210,48 @@ extension ProxyPipeline {
             headers.add(name: name, value: value)
         }
         return ProxyAnswer(ProxyReply(status: 304, headers: headers, body: .buffer(ByteBuffer())), answer.report)
+    }
+
+    /// A `Range` request answered from a complete stored `200` (RFC 9110 §14): one byte range
+    /// (`a-b`, `a-`, `-n`) as a `206` with `Content-Range`, an unsatisfiable one as `416`; several
+    /// ranges, another unit, or an `If-Range` that does not match get the whole `200`.
+    static func ranged(_ answer: ProxyAnswer, request: HTTPHeaders) -> ProxyAnswer {
+        guard answer.reply.status == 200, let range = request.first(name: "range"), case .buffer(let body) = answer.reply.body else { return answer }
+        if let condition = request.first(name: "if-range") {
+            let etag = answer.reply.headers.first(name: "etag")
+            let strongMatch = etag.map { !$0.hasPrefix("W/") && $0 == condition } ?? false
+            let dateMatch = answer.reply.headers.first(name: "last-modified") == condition && HTTPDate.parse(condition) != nil
+            guard strongMatch || dateMatch else { return answer }
+        }
+        let text = range.trimmingCharacters(in: .whitespaces)
+        guard text.lowercased().hasPrefix("bytes="), !text.contains(",") else { return answer }
+        let spec = text.dropFirst(6).trimmingCharacters(in: .whitespaces)
+        let parts = spec.split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false)
+        guard parts.count == 2 else { return answer }
+        let length = body.readableBytes
+        let first: Int, last: Int
+        if parts[0].isEmpty {
+            guard let suffix = Int(parts[1]), suffix >= 0 else { return answer }
+            (first, last) = (max(0, length - suffix), length - 1)
+            if suffix == 0 { return unsatisfiable(answer, length: length) }
+        } else {
+            guard let a = Int(parts[0]), a >= 0 else { return answer }
+            let b = parts[1].isEmpty ? length - 1 : Int(parts[1])
+            guard let b, b >= a else { return answer }
+            (first, last) = (a, min(b, length - 1))
+        }
+        guard first < length, first <= last else { return unsatisfiable(answer, length: length) }
+        var reply = answer.reply
+        reply.status = 206
+        reply.headers.replaceOrAdd(name: "Content-Range", value: "bytes \(first)-\(last)/\(length)")
+        reply.body = .buffer(body.getSlice(at: body.readerIndex + first, length: last - first + 1) ?? ByteBuffer())
+        return ProxyAnswer(reply, answer.report)
+    }
+
+    private static func unsatisfiable(_ answer: ProxyAnswer, length: Int) -> ProxyAnswer {
+        var reply = ProxyReply(status: 416, body: .buffer(ByteBuffer()))
+        reply.headers.add(name: "Content-Range", value: "bytes */\(length)")
+        return ProxyAnswer(reply, answer.report)
     }
 
     private static func weakTag(_ tag: String) -> String {

@@ -135,8 +135,11 @@ struct UpstreamExchange: Sendable {
         if p.endpoint.httpCaching, !p.endpoint.envelope {
             // HTTP caching without an envelope: the cache judges every status by RFC 9111
             // (``HTTPCaching``); a server error is a failure that a stale entry may stand in
-            // for (RFC 5861 `stale-if-error`).
-            if [500, 502, 503, 504].contains(response.status) { return .done(.upstreamDown(upstreamAnswer)) }
+            // for (RFC 5861 `stale-if-error`), unless it gives its own freshness (then it may
+            // be stored like any reply).
+            if [500, 502, 503, 504].contains(response.status), !HTTPCaching.hasExplicitFreshness(headers) {
+                return .done(.upstreamDown(upstreamAnswer))
+            }
             upstreamAnswer.report.succeeded = response.status < 400
             return .done(.success(upstreamAnswer, storable: Storable(status: response.status,
                                                                      headers: Self.storedHeaders(headers, keepingCookies: true),
