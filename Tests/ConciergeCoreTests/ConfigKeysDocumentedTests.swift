@@ -1,6 +1,7 @@
 import ConciergeCore
 import Foundation
 import Testing
+import Yams
 
 /// `docs/configuration.md` names every key the loader accepts. The key list comes from the
 /// loader itself (``ConfigLoader/schemaKeys(yaml:)``), explored section by section, so a key
@@ -19,6 +20,16 @@ struct ConfigKeysDocumentedTests {
         #expect(keys.contains("hooks[].events"))
         let missing = keys.filter { !doc.contains("`\($0)`") }.sorted()
         #expect(missing.isEmpty, "not in docs/configuration.md: \(missing.joined(separator: ", "))")
+    }
+
+    @Test("docs/openapi.yaml (served at GET /openapi.yaml) is valid YAML describing every admin route")
+    func openAPIParses() throws {
+        let text = try String(contentsOfFile: Self.repoRoot + "/docs/openapi.yaml", encoding: .utf8)
+        let document = try #require(try Yams.load(yaml: text) as? [String: Any])
+        let paths = try #require(document["paths"] as? [String: Any])
+        for route in ["/health", "/stats", "/cache/invalidate", "/cache/entries", "/session", "/environment", "/reload", "/fleet"] {
+            #expect(paths[route] != nil, "\(route) is described")
+        }
     }
 
     /// Every `section.key` of the schema: starts from a minimal valid file and, for each key the
