@@ -16,13 +16,18 @@
 #      {"pattern": "n=[0-9]*7 "}    (n ends with 7: 100,000 of 1M)
 #    timing each call with curl (one after the other, from t=1s of the run), and checks the
 #    removed counts.
+#    BY=tags: every entry also carries the tag "d<last digit of n>" (cache_tag rows), and the two
+#    calls are {"tags": ["d7"]} (100,000 of 1M) and {"tags": ["d3", "d5"]} (200,000), through the
+#    tag index instead of a scan.
 #
-# Env: ENTRIES=1000000 DURATION=15s CONNECTIONS=64 SKIP_BUILD=0 RELEASE_DIR=.build/release STATE_BASE=/tmp
+# Env: BY=pattern|tags ENTRIES=1000000 DURATION=15s CONNECTIONS=64 SKIP_BUILD=0 RELEASE_DIR=.build/release STATE_BASE=/tmp
 #      OUT_DIR=bench-out/invalidate-1m-<time>
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 ENTRIES=${ENTRIES:-1000000}
+BY=${BY:-pattern}
+case $BY in pattern | tags) ;; *) echo "BY must be pattern or tags" >&2; exit 2 ;; esac
 DURATION=${DURATION:-15s}
 CONNECTIONS=${CONNECTIONS:-64}
 OUT_DIR=${OUT_DIR:-$BENCH_REPO/bench-out/invalidate-1m-$(date +%Y%m%d-%H%M%S)}
@@ -96,6 +101,8 @@ SELECT 'GET $UPSTREAM/api/items?n=' || n || ' v=1', 'itemList', NULL, 200,
        1, 200, strftime('%s', 'now'), '[["Content-Type","application/json"]]',
        CAST('{"code":200,"data":{"list":[{"id":' || n || ',"name":"item ' || n || '"}],"served":1,"total":1000},"msg":"ok"}' AS BLOB)
 FROM c;
+$( [ "$BY" = tags ] && echo "WITH RECURSIVE c(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM c WHERE n < $ENTRIES - 1)
+INSERT INTO cache_tag (tag, key) SELECT 'd' || (n % 10), 'GET $UPSTREAM/api/items?n=' || n || ' v=1' FROM c;" )
 COMMIT;
 PRAGMA wal_checkpoint(TRUNCATE);
 EOF
@@ -105,10 +112,17 @@ db_mib=$(( $(stat -c %s "$DB") / 1048576 ))
 log "$rows rows in ${fill_s}s, file ${db_mib} MiB"
 
 # Expected removals, counted independently of Concierge over the same n values.
-P1='n=1[0-9]*5 '
-P2='n=[0-9]*7 '
-E1=$(seq 0 $((ENTRIES - 1)) | grep -cE '^1[0-9]*5$' || true)
-E2=$(seq 0 $((ENTRIES - 1)) | grep -cE '7$' || true)
+if [ "$BY" = tags ]; then
+    P1='["d7"]'
+    P2='["d3", "d5"]'
+    E1=$(seq 0 $((ENTRIES - 1)) | grep -cE '7$' || true)
+    E2=$(seq 0 $((ENTRIES - 1)) | grep -cE '[35]$' || true)
+else
+    P1='n=1[0-9]*5 '
+    P2='n=[0-9]*7 '
+    E1=$(seq 0 $((ENTRIES - 1)) | grep -cE '^1[0-9]*5$' || true)
+    E2=$(seq 0 $((ENTRIES - 1)) | grep -cE '7$' || true)
+fi
 
 # 3. run
 start_ts=$(date +%s.%N)
@@ -130,7 +144,7 @@ wrk -t1 -c"$CONNECTIONS" -d5s --latency "$HIT_URL" > "$OUT_DIR/wrk-baseline.txt"
 
 invalidate() { # invalidate PATTERN OUTFILE -> prints seconds
     local body
-    body=$(python3 -c 'import json, sys; print(json.dumps({"pattern": sys.argv[1]}))' "$1")
+    body=$(python3 -c 'import json, sys; print(json.dumps({"tags": json.loads(sys.argv[1])} if sys.argv[2] == "tags" else {"pattern": sys.argv[1]}))' "$1" "$BY")
     curl -sS --max-time 300 -o "$2" -w '%{http_code} %{time_total}' \
         -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
         -X POST --data "$body" "http://127.0.0.1:$ADMIN_PORT/cache/invalidate"
@@ -160,7 +174,7 @@ status=0
 {
     echo
     echo "Invalidation over $rows entries (fill ${fill_s}s with sqlite3, ${db_mib} MiB file; Concierge start-up ${startup_s}s)"
-    printf '%-22s %6s %10s %10s %10s\n' pattern HTTP "time s" removed expected
+    printf '%-22s %6s %10s %10s %10s\n' "$BY" HTTP "time s" removed expected
     set -- $r1; printf '%-22s %6s %10s %10s %10s\n' "\"$P1\"" "$1" "$2" "$removed1" "$E1"
     set -- $r2; printf '%-22s %6s %10s %10s %10s\n' "\"$P2\"" "$1" "$2" "$removed2" "$E2"
     echo

@@ -1,3 +1,4 @@
+import ConciergeCore
 import NIOCore
 import NIOHTTP1
 import NIOPosix
@@ -114,5 +115,26 @@ public final class HTTPTestOrigin: Sendable {
                 context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
             }
         }
+    }
+}
+
+extension ConciergeTestRig {
+    /// Runs `body` with a rig whose upstream `origin` is `origin` and whose endpoints are the
+    /// default ones followed by `endpoints`; stops both after, also when `body` throws.
+    public static func with(origin: HTTPTestOrigin, endpoints: String, clock: ManualClock? = nil,
+                            _ body: (ConciergeTestRig) async throws -> Void) async throws {
+        let url = origin.url
+        let rig = try await ConciergeTestRig.start(endpoints: TestConfig.defaultEndpoints + "\n" + endpoints, configTransform: { yaml in
+            yaml.replacingOccurrences(of: "  down: http://127.0.0.1:1\n", with: "  down: http://127.0.0.1:1\n  origin: \(url)\n")
+        }, clock: clock)
+        do {
+            try await body(rig)
+        } catch {
+            await rig.stop()
+            await origin.stop()
+            throw error
+        }
+        await rig.stop()
+        await origin.stop()
     }
 }

@@ -146,40 +146,16 @@ public final class PostgresCluster: Sendable {
 
     /// Runs a program to its end (each is bounded by its own timeout: `pg_ctl -t`, psql's
     /// connection to a server that is up; and 60 s here); its output, or a failure with it.
-    /// Spawned and reaped here (`posix_spawn`, `waitpid` polled): the output goes to a file, not
-    /// a pipe, which the server `pg_ctl` starts would inherit and keep open.
+    /// A ``ChildProcess``: the output goes to a file, not a pipe, which the server `pg_ctl`
+    /// starts would inherit and keep open, and no descriptor of the test process reaches it.
     @discardableResult
     static func run(_ program: String, _ arguments: [String]) async throws -> String {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("concierge-pg-out-\(UUID().uuidString)").path
-        defer { try? FileManager.default.removeItem(atPath: path) }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, path, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
-        posix_spawn_file_actions_adddup2(&actions, 1, 2)
-        // Through bash, which closes every descriptor but 0–2 before `exec`: no socket of the test
-        // process may reach the child (or the server it starts, which outlives it), where it
-        // would stay open and its peer in another test would never see it close.
-        let argv: [UnsafeMutablePointer<CChar>?] = (["/bin/bash", "-c", ChildProcess.closeInheritedThenExec, "bash", program] + arguments)
-            .map { strdup($0) } + [nil]
-        defer { for arg in argv { free(arg) } }
-        var pid: pid_t = 0
-        let spawned = posix_spawn(&pid, "/bin/bash", &actions, nil, argv, environ)
-        guard spawned == 0 else { throw Failure("cannot start \(program): error \(spawned)") }
-        var status: Int32 = 0
-        let limit = ContinuousClock.now + .seconds(60)
-        while waitpid(pid, &status, WNOHANG) == 0 {
-            if ContinuousClock.now >= limit {
-                Glibc.kill(pid, SIGKILL)
-                _ = waitpid(pid, &status, 0)
-                throw Failure("\((program as NSString).lastPathComponent) did not end within 60 s")
-            }
-            try await Task.sleep(for: .milliseconds(20))
+        let child = try ChildProcess([program] + arguments)
+        guard let status = await child.wait(limit: .seconds(60)) else {
+            throw Failure("\((program as NSString).lastPathComponent) did not end within 60 s")
         }
-        let text = String(decoding: FileManager.default.contents(atPath: path) ?? Data(), as: UTF8.self)
-        // WIFEXITED && WEXITSTATUS == 0
-        guard status & 0x7F == 0, (status >> 8) & 0xFF == 0 else {
+        let text = child.output
+        guard status == 0, !child.endedBySignal else {
             throw Failure("\((program as NSString).lastPathComponent) \(arguments.first ?? "") failed (status \(status)): \(text.suffix(600))")
         }
         return text

@@ -22,19 +22,7 @@ struct HTTPCachingModeTests {
         """
 
     func withRig(_ origin: HTTPTestOrigin, clock: ManualClock, _ body: (ConciergeTestRig) async throws -> Void) async throws {
-        let url = origin.url
-        let rig = try await ConciergeTestRig.start(endpoints: TestConfig.defaultEndpoints + "\n" + Self.endpoints, configTransform: { yaml in
-            yaml.replacingOccurrences(of: "  down: http://127.0.0.1:1\n", with: "  down: http://127.0.0.1:1\n  origin: \(url)\n")
-        }, clock: clock)
-        do {
-            try await body(rig)
-            await rig.stop()
-            await origin.stop()
-        } catch {
-            await rig.stop()
-            await origin.stop()
-            throw error
-        }
+        try await ConciergeTestRig.with(origin: origin, endpoints: Self.endpoints, clock: clock, body)
     }
 
     @Test("max-age makes a reply fresh: hits with a growing Age never ask the origin; past it the origin is asked again")

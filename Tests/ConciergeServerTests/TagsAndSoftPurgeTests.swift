@@ -36,20 +36,9 @@ struct TagsAndSoftPurgeTests {
     static func envelope(_ data: String) -> String { #"{"code":200,"msg":"ok","data":\#(data)}"# }
 
     func withRig(_ origin: HTTPTestOrigin, _ body: (ConciergeTestRig) async throws -> Void) async throws {
-        let url = origin.url
-        let rig = try await ConciergeTestRig.start(endpoints: TestConfig.defaultEndpoints + "\n" + Self.endpoints, configTransform: { yaml in
-            yaml.replacingOccurrences(of: "  down: http://127.0.0.1:1\n", with: "  down: http://127.0.0.1:1\n  origin: \(url)\n")
-        })
-        do {
-            try await body(rig)
-            await rig.stop()
-            await origin.stop()
-        } catch {
-            await rig.stop()
-            await origin.stop()
-            throw error
-        }
+        try await ConciergeTestRig.with(origin: origin, endpoints: Self.endpoints, body)
     }
+
 
     func entries(_ rig: ConciergeTestRig, _ pattern: String) async throws -> [JSONValue] {
         let reply = try await rig.admin(.GET, "/cache/entries?pattern=" + (pattern.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""))
