@@ -34,7 +34,7 @@ struct HTTPCachingModeTests {
         try await withRig(origin, clock: clock) { rig in
             let first = try await rig.get("/h/a")
             #expect(first.text == "v0" && first.header("X-Cache") == "MISS")
-            #expect(first.header("Cache-Status")?.contains("stored") == true)
+            #expect(first.header("Cache-Status")?.contains("; stored") == true && first.header("Cache-Status")?.contains("; ttl=") == true)
             clock.advance(by: 30)
             let hit = try await rig.get("/h/a")
             #expect(hit.text == "v0" && hit.header("X-Cache") == "HIT" && hit.header("Age") == "30")
@@ -221,6 +221,52 @@ struct HTTPCachingModeTests {
             let stale = try await rig.get("/s/flaky")
             #expect(stale.status == 200 && stale.text == "good" && stale.header("X-Cache") == "STALE",
                     "a 500 without freshness is a failure: stale_if_error answers")
+        }
+    }
+
+    @Test("cache: { mode: http } at the top level caches what no endpoint matches by the same rules")
+    func topLevelMode() async throws {
+        let origin = try await HTTPTestOrigin.start { request, n in
+            .init(headers: [("Cache-Control", request.path == "/free/kept" ? "max-age=60" : "no-store")], body: "\(request.path)#\(n)")
+        }
+        let url = origin.url
+        let rig = try await ConciergeTestRig.start(extra: "cache: { mode: http }\n", configTransform: { yaml in
+            yaml.replacingOccurrences(of: "  down: http://127.0.0.1:1\n", with: "  down: http://127.0.0.1:1\n  origin: \(url)\n")
+                .replacingOccurrences(of: "environment: debug\n", with: "environment: origin\n")
+        })
+        do {
+            _ = try await rig.get("/free/kept")
+            let again = try await rig.get("/free/kept")
+            #expect(again.header("X-Cache") == "HIT" && again.text.hasSuffix("#0"))
+            _ = try await rig.get("/free/not")
+            #expect(try await rig.get("/free/not").header("X-Cache") == "MISS")
+            #expect(origin.requests(path: "/free/kept").count == 1 && origin.requests(path: "/free/not").count == 2)
+        } catch {
+            await rig.stop()
+            await origin.stop()
+            throw error
+        }
+        await rig.stop()
+        await origin.stop()
+    }
+
+    @Test("an envelope endpoint in mode http: a logical success stored with the reply's freshness (not the ttl), a business error never")
+    func envelopeRuleStillApplies() async throws {
+        let clock = ManualClock()
+        let origin = try await HTTPTestOrigin.start { request, n in
+            request.path == "/e/error"
+                ? .init(headers: [("Cache-Control", "max-age=60")], body: #"{"code":1002,"msg":"no"}"#)
+                : .init(headers: [("Cache-Control", "max-age=5")], body: #"{"code":200,"msg":"ok","data":{"n":\#(n)}}"#)
+        }
+        let endpoints = "- { name: enveloped, match: /e/**, upstream: origin, cache: { mode: http, ttl: 1h } }"
+        try await ConciergeTestRig.with(origin: origin, endpoints: endpoints, clock: clock) { rig in
+            _ = try await rig.get("/e/ok")
+            #expect(try await rig.get("/e/ok").header("X-Cache") == "HIT")
+            clock.advance(by: 10)
+            #expect(try await rig.get("/e/ok").header("X-Cache") == "MISS", "5 s from max-age, not the endpoint's hour")
+            _ = try await rig.get("/e/error")
+            _ = try await rig.get("/e/error")
+            #expect(origin.requests(path: "/e/error").count == 2, "a business error is never stored, whatever its headers say")
         }
     }
 }

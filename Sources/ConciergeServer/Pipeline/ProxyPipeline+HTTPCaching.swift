@@ -43,14 +43,20 @@ extension ProxyPipeline {
         }
         let forward = directives.noCache ? "request" : entry != nil ? "stale" : varyIndex.varies(baseKey) ? "vary-miss" : "uri-miss"
         let fetched: Fetched
+        let me = UInt64.random(in: 1...UInt64.max)
         if directives.noCache || directives.noStore {
             fetched = await fetchAndStoreHTTP(p, baseKey: baseKey, store: !directives.noStore, revalidating: entry)
         } else {
             // Waiters get the leader's reply only when it is their variant too.
-            let shared = await coalescer.run(key: key) { await self.fetchAndStoreHTTP(p, baseKey: baseKey, store: true, revalidating: entry) }
+            let shared = await coalescer.run(key: key) {
+                var led = await self.fetchAndStoreHTTP(p, baseKey: baseKey, store: true, revalidating: entry)
+                led.ledBy = me
+                return led
+            }
             fetched = shared.variant == nil || shared.variant == varyIndex.key(baseKey, request: p.originalHeaders)
                 ? shared : await fetchAndStoreHTTP(p, baseKey: baseKey, store: true, revalidating: nil)
         }
+        let collapsed = fetched.ledBy != 0 && fetched.ledBy != me
         if let updated = fetched.updated {
             // A 304: the stored body with the refreshed fields.
             var answer = CachedReply.make(updated, p, status: .hit, now: cache.clock.now)
@@ -71,7 +77,8 @@ extension ProxyPipeline {
         }
         let status = fetched.result.answer.reply.status
         return Self.withStatus(fetched.result.answer, directives.noCache ? .bypass : .miss,
-                               "concierge; fwd=\(forward); fwd-status=\(status)" + (fetched.stored ? "; stored" : ""))
+                               "concierge; fwd=\(forward); fwd-status=\(status)" + (fetched.stored ? "; stored" : "")
+                                   + (collapsed ? "; collapsed" : "") + (fetched.storedTTL.map { "; ttl=\($0)" } ?? ""))
     }
 
     /// One exchange, and its reply stored when RFC 9111 allows: a `GET` (a `HEAD` never fills
@@ -121,7 +128,8 @@ extension ProxyPipeline {
             ? entry ?? CacheEntry(key: stale!.key, endpoint: p.endpoint.name, userID: p.scope.userID, status: status, headers: headers, body: body,
                                   storedAt: now, ttl: 0, staleWhileRevalidate: 0, staleIfError: 0, version: stale!.version)
             : nil
-        return Fetched(result: result, stored: stored, variant: varying.isEmpty ? nil : entry?.key, updated: updated)
+        return Fetched(result: result, stored: stored, variant: varying.isEmpty ? nil : entry?.key, updated: updated,
+                       storedTTL: stored ? entry.map { Int($0.ttl.rounded(.down)) } : nil)
     }
 
     /// How long past its stale windows an entry with validators is kept for revalidation.

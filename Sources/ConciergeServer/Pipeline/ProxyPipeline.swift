@@ -116,6 +116,10 @@ public final class ProxyPipeline: Sendable {
         var variant: String? = nil
         /// With `mode: http`, the stale entry a `304` refreshed.
         var updated: CacheEntry? = nil
+        /// With `mode: http`: the freshness the stored entry got (`Cache-Status: …; ttl=`), and
+        /// which request made the exchange (a coalesced waiter's differs: `collapsed`).
+        var storedTTL: Int? = nil
+        var ledBy: UInt64 = 0
     }
 
     nonisolated(nonsending) private func fetchAndStore(_ p: PreparedRequest, key: String) async -> Fetched {
