@@ -121,11 +121,13 @@ public final class HTTPTestOrigin: Sendable {
 extension ConciergeTestRig {
     /// Runs `body` with a rig whose upstream `origin` is `origin` and whose endpoints are the
     /// default ones followed by `endpoints`; stops both after, also when `body` throws.
-    public static func with(origin: HTTPTestOrigin, endpoints: String, clock: ManualClock? = nil,
-                            _ body: (ConciergeTestRig) async throws -> Void) async throws {
+    /// - Parameter asEnvironment: `origin` is also the current environment (pass-through requests go there).
+    public static func with(origin: HTTPTestOrigin, endpoints: String, extra: String = "", asEnvironment: Bool = false,
+                            clock: ManualClock? = nil, _ body: (ConciergeTestRig) async throws -> Void) async throws {
         let url = origin.url
-        let rig = try await ConciergeTestRig.start(endpoints: TestConfig.defaultEndpoints + "\n" + endpoints, configTransform: { yaml in
-            yaml.replacingOccurrences(of: "  down: http://127.0.0.1:1\n", with: "  down: http://127.0.0.1:1\n  origin: \(url)\n")
+        let rig = try await ConciergeTestRig.start(endpoints: TestConfig.defaultEndpoints + "\n" + endpoints, extra: extra, configTransform: { yaml in
+            let added = yaml.replacingOccurrences(of: "  down: http://127.0.0.1:1\n", with: "  down: http://127.0.0.1:1\n  origin: \(url)\n")
+            return asEnvironment ? added.replacingOccurrences(of: "environment: debug\n", with: "environment: origin\n") : added
         }, clock: clock)
         do {
             try await body(rig)

@@ -229,25 +229,14 @@ struct HTTPCachingModeTests {
         let origin = try await HTTPTestOrigin.start { request, n in
             .init(headers: [("Cache-Control", request.path == "/free/kept" ? "max-age=60" : "no-store")], body: "\(request.path)#\(n)")
         }
-        let url = origin.url
-        let rig = try await ConciergeTestRig.start(extra: "cache: { mode: http }\n", configTransform: { yaml in
-            yaml.replacingOccurrences(of: "  down: http://127.0.0.1:1\n", with: "  down: http://127.0.0.1:1\n  origin: \(url)\n")
-                .replacingOccurrences(of: "environment: debug\n", with: "environment: origin\n")
-        })
-        do {
+        try await ConciergeTestRig.with(origin: origin, endpoints: "", extra: "cache: { mode: http }\n", asEnvironment: true) { rig in
             _ = try await rig.get("/free/kept")
             let again = try await rig.get("/free/kept")
             #expect(again.header("X-Cache") == "HIT" && again.text.hasSuffix("#0"))
             _ = try await rig.get("/free/not")
             #expect(try await rig.get("/free/not").header("X-Cache") == "MISS")
             #expect(origin.requests(path: "/free/kept").count == 1 && origin.requests(path: "/free/not").count == 2)
-        } catch {
-            await rig.stop()
-            await origin.stop()
-            throw error
         }
-        await rig.stop()
-        await origin.stop()
     }
 
     @Test("an envelope endpoint in mode http: a logical success stored with the reply's freshness (not the ttl), a business error never")
