@@ -2,6 +2,7 @@ import ConciergeCore
 import ConciergeSampleAPI
 import ConciergeTestSupport
 import Foundation
+import Synchronization
 import Testing
 
 /// Three daemons and one real PostgreSQL (a throwaway cluster), in front of the sample API's
@@ -264,6 +265,10 @@ extension FleetTests {
     @Test("loop guard for the fleet: an upstream that always says expired, asked in turn through three nodes, gets max_refreshes token calls in all")
     func loopGuardCountsFleetWide() async throws {
         try await Self.withFleet { rigs, _, api in
+            let throttled = Mutex(0)
+            for rig in rigs {
+                rig.daemon.events.addObserver { event in if event.type == "session.refresh_throttled" { throttled.withLock { $0 += 1 } } }
+            }
             var statuses: [Int] = []
             for i in 0..<12 { statuses.append(try await rigs[i % 3].get("/cgi-bin/stale").status) }
             // As on one daemon: the 5th expiry signal within 60 s is refused.
@@ -273,6 +278,7 @@ extension FleetTests {
             var logs = ""
             for rig in rigs { logs += rig.logText }
             #expect(logs.contains("token calls throttled for the fleet"))
+            #expect(throttled.withLock { $0 } >= 1, "the event a single daemon's guard publishes")
             // The app token is kept: other endpoints still answer with it, on every node, without a token call.
             for rig in rigs { #expect(try await rig.get("/cgi-bin/items?after=guard").status == 200) }
             #expect(api.state.tokenCalls == 5)

@@ -19,6 +19,7 @@ final class FleetSession: Sendable {
     let config: ConciergeConfig.Fleet
     let session: SessionState
     let stats: ProxyStats
+    let events: EventBus
     let logger: Logger
     /// The last version of the fleet's row this node wrote or adopted.
     private let applied = Mutex<Int64>(0)
@@ -28,8 +29,10 @@ final class FleetSession: Sendable {
     private let reachable = Mutex(false)
     private let lastWarning = Mutex<ContinuousClock.Instant?>(nil)
 
-    init(database: FleetDatabase, seal: TokenSeal, config: ConciergeConfig.Fleet, session: SessionState, stats: ProxyStats, logger: Logger) {
+    init(database: FleetDatabase, seal: TokenSeal, config: ConciergeConfig.Fleet, session: SessionState, stats: ProxyStats, events: EventBus,
+         logger: Logger) {
         (self.database, self.seal, self.config, self.session, self.stats, self.logger) = (database, seal, config, session, stats, logger)
+        self.events = events
     }
 
     var isReachable: Bool { reachable.withLock { $0 } }
@@ -158,11 +161,14 @@ final class FleetSession: Sendable {
 
     private let throttledWarning = Mutex<ContinuousClock.Instant?>(nil)
 
-    /// Once per window: the fleet's loop guard refused a token request.
+    /// Once per window: the fleet's loop guard refused a token request (logged, and the same
+    /// `session.refresh_throttled` event a single daemon's guard publishes).
     private func warnThrottled(_ limit: ConciergeConfig.RefreshLimit) {
         if Self.due(throttledWarning, every: limit.within) {
             logger.warning("token calls throttled for the fleet: the upstream keeps signalling expiry right after new tokens",
                            metadata: ["max_refreshes": "\(limit.count)", "within": "\(limit.within)"])
+            events.publish("session.refresh_throttled", ["count": .int(Int64(limit.count)),
+                                                         "within_seconds": .int(limit.within.components.seconds), "fleet": true])
         }
     }
 
