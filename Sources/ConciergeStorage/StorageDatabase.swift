@@ -186,7 +186,7 @@ public final class StorageDatabase: Sendable {
         }
         migrator.registerMigration("v4: cache tags") { db in
             // One row per tag of an entry: invalidation by tag reads the primary key's index,
-            // never every key. Rows of a key no longer stored are left to the sweep.
+            // never every key. The writer drops a key's rows where it deletes the entry.
             try db.execute(sql: """
                 CREATE TABLE cache_tag (tag TEXT NOT NULL, key TEXT NOT NULL, PRIMARY KEY (tag, key)) WITHOUT ROWID;
                 CREATE INDEX cache_tag_key ON cache_tag(key);

@@ -95,7 +95,7 @@ public enum HTTPCaching {
     public static func staleWindows(_ reply: HTTPHeaders, endpointStale: (whileRevalidate: Double, ifError: Double))
         -> (whileRevalidate: Double, ifError: Double) {
         let d = directives(reply)
-        if d.mustRevalidate || d.proxyRevalidate || d.sMaxAge != nil || d.noCache { return (0, 0) }
+        if revalidates(d) { return (0, 0) }
         return (d.staleWhileRevalidate.map(Double.init) ?? endpointStale.whileRevalidate, d.staleIfError.map(Double.init) ?? endpointStale.ifError)
     }
 
@@ -144,8 +144,11 @@ public enum HTTPCaching {
     /// Whether the stored reply forbids being served stale (`must-revalidate`,
     /// `proxy-revalidate`, `s-maxage`, `no-cache`).
     public static func mustRevalidate(_ reply: HTTPHeaders) -> Bool {
-        let d = directives(reply)
-        return d.mustRevalidate || d.proxyRevalidate || d.sMaxAge != nil || d.noCache
+        revalidates(directives(reply))
+    }
+
+    private static func revalidates(_ d: CacheControl) -> Bool {
+        d.mustRevalidate || d.proxyRevalidate || d.sMaxAge != nil || d.noCache
     }
 }
 

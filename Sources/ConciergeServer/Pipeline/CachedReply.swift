@@ -8,17 +8,12 @@ import NIOHTTP1
 enum CachedReply {
     static func make(_ entry: CacheEntry, _ p: PreparedRequest, status: CacheStatus, now: Double, detail: String? = nil) -> ProxyAnswer {
         var headers = HTTPHeaders()
-        var upstreamAge = 0
-        for (name, value) in entry.headers {
-            if ASCIICase.equals(name, lowercase: "age") {
-                upstreamAge = Int(value.trimmingCharacters(in: .whitespaces)) ?? 0
-                continue
-            }
+        for (name, value) in entry.headers where !ASCIICase.equals(name, lowercase: "age") {
             headers.add(name: name, value: value)
         }
         headers.add(name: "X-Cache", value: status.rawValue)
         headers.add(name: "Cache-Status", value: "concierge; hit; ttl=\(entry.remainingTTL(at: now))\(detail.map { "; detail=\($0)" } ?? "")")
-        headers.add(name: "Age", value: String(max(0, upstreamAge) + entry.age(at: now)))
+        headers.add(name: "Age", value: String(entry.storedAge + entry.age(at: now)))
         var reply = ProxyReply(status: entry.status, headers: headers, body: .buffer(entry.body))
         var report = RequestReport(endpoint: p.endpoint.name, cache: status, succeeded: true)
         if let unwrap = p.endpoint.unwrap, !LocalReplies.unwrap(&reply, path: unwrap, config: p.config) {
@@ -61,14 +56,10 @@ extension CachedReply {
     /// line, the stored headers, `X-Cache: HIT`, `Content-Length`. Made once per entry as it
     /// enters the hot tier.
     @Sendable static func encodeHead(_ entry: CacheEntry) -> EncodedHead? {
-        var upstreamAge = 0
-        for (name, value) in entry.headers where ASCIICase.equals(name, lowercase: "age") {
-            upstreamAge = Int(value.trimmingCharacters(in: .whitespaces)) ?? 0
-        }
         // Open-ended: each hit appends its `Cache-Status` and `Age`, then the empty line.
         let head = WireHead(.status(.http1_1, entry.status), fields: entry.headers, omitting: Self.variesPerHit, extra: "X-Cache: HIT\r\n",
                             contentLength: entry.body.readableBytes, ends: false)
-        return EncodedHead(bytes: head.bytes(), upstreamAge: max(0, upstreamAge))
+        return EncodedHead(bytes: head.bytes(), upstreamAge: entry.storedAge)
     }
 
     /// Stored fields a hit writes itself (lowercase).

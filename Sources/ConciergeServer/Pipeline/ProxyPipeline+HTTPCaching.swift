@@ -267,14 +267,6 @@ extension ProxyPipeline {
         return t.hasPrefix("W/") ? String(t.dropFirst(2)) : t
     }
 
-    private static func withStatus(_ answer: ProxyAnswer, _ status: CacheStatus, _ cacheStatus: String) -> ProxyAnswer {
-        var answer = answer
-        answer.report.cache = status
-        answer.reply.headers.replaceOrAdd(name: "X-Cache", value: status.rawValue)
-        answer.reply.headers.replaceOrAdd(name: "Cache-Status", value: cacheStatus)
-        return answer
-    }
-
     private func revalidateHTTPInBackground(_ p: PreparedRequest, key: String, entry: CacheEntry) {
         revalidation.submit(key: key) {
             _ = await self.coalescer.run(key: self.varyIndex.key(key, request: p.originalHeaders)) {

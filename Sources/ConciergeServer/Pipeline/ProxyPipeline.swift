@@ -147,10 +147,15 @@ public final class ProxyPipeline: Sendable {
     }
 
     private func withCacheHeaders(_ fetched: Fetched, _ status: CacheStatus, cacheStatus: String) -> ProxyAnswer {
-        var answer = fetched.result.answer
+        Self.withStatus(fetched.result.answer, status, cacheStatus + (fetched.stored ? "; stored" : ""))
+    }
+
+    /// An answer from the upstream with its `X-Cache` and `Cache-Status`, and the report's status.
+    static func withStatus(_ answer: ProxyAnswer, _ status: CacheStatus, _ cacheStatus: String) -> ProxyAnswer {
+        var answer = answer
         answer.report.cache = status
         answer.reply.headers.replaceOrAdd(name: "X-Cache", value: status.rawValue)
-        answer.reply.headers.replaceOrAdd(name: "Cache-Status", value: cacheStatus + (fetched.stored ? "; stored" : ""))
+        answer.reply.headers.replaceOrAdd(name: "Cache-Status", value: cacheStatus)
         return answer
     }
 

@@ -77,6 +77,7 @@ extension CacheWriter {
                 evicted.append((key, evictedRow))
                 removedBytes += evictedRow.size
             }
+            try self.dropTags(of: evicted.map(\.key), in: db)
             return evicted
         }
         index.update { index in

@@ -87,9 +87,13 @@ extension CacheWriter {
         let rows = try Row.fetchCursor(db, sql: "DELETE FROM cache_entry WHERE \(whereClause) RETURNING rowid, key, size",
                                        arguments: arguments)
         var deleted: [KeyIndex.Row] = []
+        var keys: [String] = []
         while let row = try rows.next() {
-            deleted.append(KeyIndex.Row(rowid: row["rowid"], hash: KeyHash.of(row["key"] as String), size: row["size"]))
+            let key: String = row["key"]
+            keys.append(key)
+            deleted.append(KeyIndex.Row(rowid: row["rowid"], hash: KeyHash.of(key), size: row["size"]))
         }
+        try dropTags(of: keys, in: db)
         index.update { index in for row in deleted { index.deleted(row) } }
         return before - index.totals.entries
     }
@@ -102,25 +106,45 @@ extension CacheWriter {
             try db.execute(sql: "DELETE FROM cache_tag")
             index.update { $0.deletedAll() }
             return before
-        case .user(let user):
-            return try deleteRows(db, where: "user_id = ?", [user])
-        case .endpoints(let names, let scope):
-            let marks = Array(repeating: "?", count: max(1, names.count)).joined(separator: ",")
-            var arguments = StatementArguments(names.isEmpty ? [""] : names)
-            switch scope {
-            case .everyone:
-                return try deleteRows(db, where: "endpoint IN (\(marks))", arguments)
-            case .sharedOnly:
-                return try deleteRows(db, where: "endpoint IN (\(marks)) AND user_id IS NULL", arguments)
-            case .sharedAnd(let user):
-                arguments += [user]
-                return try deleteRows(db, where: "endpoint IN (\(marks)) AND (user_id IS NULL OR user_id = ?)", arguments)
-            }
+        case .user, .endpoints:
+            guard let selection = Self.selection(criteria) else { return 0 }
+            return try deleteRows(db, where: selection.sql, selection.arguments)
         case .pattern, .tags, .soft:
             // Matched off the writer (a scan, the tag index), then deleted as
             // ``Work/deleteMatched(_:_:)``; a soft purge is ``Work/markStale(_:_:_:)``.
             return 0
         }
+    }
+
+    /// The rows a user's or endpoints' criteria select, as a condition (deletes and soft purges
+    /// share it); `nil` for the kinds selected otherwise.
+    static func selection(_ criteria: InvalidationCriteria) -> (sql: String, arguments: StatementArguments)? {
+        switch criteria {
+        case .user(let user):
+            return ("user_id = ?", [user])
+        case .endpoints(let names, let scope):
+            let marks = Array(repeating: "?", count: max(1, names.count)).joined(separator: ",")
+            var arguments = StatementArguments(names.isEmpty ? [""] : names)
+            switch scope {
+            case .everyone:
+                return ("endpoint IN (\(marks))", arguments)
+            case .sharedOnly:
+                return ("endpoint IN (\(marks)) AND user_id IS NULL", arguments)
+            case .sharedAnd(let user):
+                arguments += [user]
+                return ("endpoint IN (\(marks)) AND (user_id IS NULL OR user_id = ?)", arguments)
+            }
+        case .all, .pattern, .tags, .soft:
+            return nil
+        }
+    }
+
+    /// The tag rows of deleted entries, dropped in the transaction that deletes them (one probe
+    /// of the tag table's key index each; nothing to find for untagged entries).
+    func dropTags(of keys: [String], in db: Database) throws {
+        guard !keys.isEmpty else { return }
+        let drop = try db.cachedStatement(sql: "DELETE FROM cache_tag WHERE key = ?")
+        for key in keys { try drop.execute(arguments: [key]) }
     }
 
     /// A soft purge: the selected entries that are fresh become fresh until `now` only, and
@@ -137,27 +161,15 @@ extension CacheWriter {
             }
             return marked
         }
-        let fresh = "stored_at + ttl > ?1"
         switch criteria {
         case .all:
-            try db.execute(sql: "UPDATE cache_entry \(set) WHERE \(fresh)", arguments: [now])
-        case .user(let user):
-            try db.execute(sql: "UPDATE cache_entry \(set) WHERE \(fresh) AND user_id = ?2", arguments: [now, user])
-        case .endpoints(let names, let scope):
-            let marks = (0..<max(1, names.count)).map { "?\($0 + 2)" }.joined(separator: ",")
+            try db.execute(sql: "UPDATE cache_entry \(set) WHERE stored_at + ttl > ?1", arguments: [now])
+        case .user, .endpoints:
+            guard let selection = Self.selection(criteria) else { return 0 }
             var arguments: StatementArguments = [now]
-            arguments += StatementArguments(names.isEmpty ? [""] : names)
-            let user = "?\(max(1, names.count) + 2)"
-            switch scope {
-            case .everyone:
-                try db.execute(sql: "UPDATE cache_entry \(set) WHERE \(fresh) AND endpoint IN (\(marks))", arguments: arguments)
-            case .sharedOnly:
-                try db.execute(sql: "UPDATE cache_entry \(set) WHERE \(fresh) AND endpoint IN (\(marks)) AND user_id IS NULL", arguments: arguments)
-            case .sharedAnd(let u):
-                arguments += [u]
-                try db.execute(sql: "UPDATE cache_entry \(set) WHERE \(fresh) AND endpoint IN (\(marks)) AND (user_id IS NULL OR user_id = \(user))",
-                               arguments: arguments)
-            }
+            arguments += selection.arguments
+            // The selection's own `?` take the numbers after ?1.
+            try db.execute(sql: "UPDATE cache_entry \(set) WHERE stored_at + ttl > ?1 AND (\(selection.sql))", arguments: arguments)
         case .pattern, .tags, .soft:
             return 0  // rows found by a scan or the tag index come as `rows`
         }
@@ -172,21 +184,25 @@ extension CacheWriter {
         let check = try db.cachedStatement(sql: "SELECT key, size FROM cache_entry WHERE rowid = ?")
         let raw = check.sqliteStatement
         var matched: [KeyIndex.Row] = []
+        var keys: [String] = []
         for candidate in candidates where !index.isDoomed(candidate.rowid) {
             sqlite3_reset(raw)
             sqlite3_bind_int64(raw, 1, candidate.rowid)
             let rc = sqlite3_step(raw)
             if rc == SQLITE_DONE { continue }  // deleted since the scan
             guard rc == SQLITE_ROW else { throw DatabaseError(resultCode: ResultCode(rawValue: rc), message: "row check failed") }
-            guard let text = sqlite3_column_text(raw, 0),
-                  KeyHash.of(UnsafeRawBufferPointer(start: text, count: Int(sqlite3_column_bytes(raw, 0)))) == candidate.hash else { continue }
+            guard let text = sqlite3_column_text(raw, 0) else { continue }
+            let key = UnsafeRawBufferPointer(start: text, count: Int(sqlite3_column_bytes(raw, 0)))
+            guard KeyHash.of(key) == candidate.hash else { continue }
             matched.append(KeyIndex.Row(rowid: candidate.rowid, hash: candidate.hash, size: Int(sqlite3_column_int64(raw, 1))))
+            if matched.count <= Self.inlineDeleteLimit { keys.append(String(decoding: key, as: UTF8.self)) }
         }
         sqlite3_reset(raw)
         guard !matched.isEmpty else { return 0 }
         if matched.count <= Self.inlineDeleteLimit {
             let delete = try db.cachedStatement(sql: "DELETE FROM cache_entry WHERE rowid = ?")
             for row in matched { try delete.execute(arguments: [row.rowid]) }
+            try dropTags(of: keys, in: db)
             index.update { index in for row in matched { index.deleted(row) } }
         } else {
             let token = index.update { $0.doom(matched) }
@@ -198,8 +214,12 @@ extension CacheWriter {
     /// One slice of a doomed deletion; rows stored again since the invalidation are kept.
     func deleteDoomedSlice(_ rows: DoomedRows, in db: Database) throws {
         let slice = Array(rows.rowids[rows.next..<min(rows.next + DoomedRows.sliceRows, rows.rowids.count)])
-        let delete = try db.cachedStatement(sql: "DELETE FROM cache_entry WHERE rowid = ? AND stored_at <= ?")
-        for rowid in slice { try delete.execute(arguments: [rowid, rows.storedUpTo]) }
+        let delete = try db.cachedStatement(sql: "DELETE FROM cache_entry WHERE rowid = ? AND stored_at <= ? RETURNING key")
+        var keys: [String] = []
+        for rowid in slice {
+            if let key = try String.fetchOne(delete, arguments: [rowid, rows.storedUpTo]) { keys.append(key) }
+        }
+        try dropTags(of: keys, in: db)
         index.update { $0.deletedDoomed(slice, token: rows.token) }
     }
 
@@ -215,8 +235,6 @@ extension CacheWriter {
             let marks = Array(repeating: "?", count: names.count).joined(separator: ",")
             n += try deleteRows(db, where: "endpoint NOT IN (\(marks))", StatementArguments(names))
         }
-        // Tags of keys no longer stored (deleted by any path).
-        try db.execute(sql: "DELETE FROM cache_tag WHERE key NOT IN (SELECT key FROM cache_entry)")
         return n
     }
 }
