@@ -27,11 +27,21 @@
 # read-only memory (SIGSEGV inside valgrind), so a 5-line LD_PRELOAD shim (built with cc)
 # hands sigsuspend a writable copy of the mask.
 #
+# ORIGIN=nginx puts a fast origin behind Concierge instead of the sample API (nginx `return 200`
+# with a 1 KB JSON body and `Cache-Control: max-age=60`, one worker): a slow origin on the same
+# two cores hides a proxy's own cost.
+# NGINX=1 (callgrind): nginx with proxy_cache (one process: `master_process off`, its cache in
+# the temp dir) runs under callgrind too, driven by the same curl batches over one keep-alive
+# connection (after the same warm-up), and a table gives the instructions per request of both
+# and their ratio. nginx writes its cache file in the worker as it answers, so its MISS
+# includes its writes, as Concierge's includes the writer's.
+#
 # Symbols are demangled with swift-demangle --simplified (or `swift demangle`) when present.
 # perf.data and callgrind.out files stay in OUT_DIR (perf report -i ..., callgrind_annotate).
 #
 # Env: PROFILER=both|perf|callgrind DURATION=10s CONNECTIONS=64 TOP=10 PERF_EVENT=cpu-clock
-#      PERF_CALLGRAPH=-g CALLGRIND_REQUESTS=2000 WARMUP=200 STATE_BASE=/tmp SKIP_BUILD=0 RELEASE_DIR=.build/release
+#      PERF_CALLGRAPH=-g CALLGRIND_REQUESTS=2000 WARMUP=200 ORIGIN=sample|nginx NGINX=0|1
+#      STATE_BASE=/tmp SKIP_BUILD=0 RELEASE_DIR=.build/release
 #      OUT_DIR=bench-out/profile-<time>
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -44,6 +54,9 @@ PERF_EVENT=${PERF_EVENT:-cpu-clock}
 PERF_CALLGRAPH=${PERF_CALLGRAPH:--g}
 CALLGRIND_REQUESTS=${CALLGRIND_REQUESTS:-2000}
 WARMUP=${WARMUP:-200}
+ORIGIN=${ORIGIN:-sample}
+NGINX=${NGINX:-0}
+case $ORIGIN in sample | nginx) ;; *) die "ORIGIN must be sample or nginx, not $ORIGIN" ;; esac
 OUT_DIR=${OUT_DIR:-$BENCH_REPO/bench-out/profile-$(date +%Y%m%d-%H%M%S)}
 TOOLS="python3 $(dirname "$0")/bench_tools.py"
 case $PROFILER in both | perf | callgrind) ;; *) die "PROFILER must be both, perf or callgrind" ;; esac
@@ -53,6 +66,7 @@ DUR_S=$(awk -v d="$DURATION" 'BEGIN {v = d + 0; if (d ~ /m$/) v *= 60; print int
 cmds=(wrk:wrk curl:curl python3:python3)
 [ "$PROFILER" != callgrind ] && cmds+=(perf:linux-perf)
 [ "$PROFILER" != perf ] && cmds+=(valgrind:valgrind callgrind_control:valgrind objcopy:binutils cc:gcc)
+{ [ "$ORIGIN" = nginx ] || [ "$NGINX" = 1 ]; } && cmds+=(nginx:nginx)
 need_cmds "${cmds[@]}"
 ensure_release_build
 mkdir -p "$OUT_DIR"
@@ -64,8 +78,47 @@ demangle() {
     else cat; fi
 }
 
+# nginx_conf DIR PROCESS_LINES HTTP_BLOCK: an nginx.conf in DIR (pid, logs, temp files there;
+# as root the workers drop to nobody).
+nginx_conf() {
+    mkdir -p "$1/tmp" "$1/cache"
+    [ "$(id -u)" = 0 ] && chown -R nobody:nogroup "$1/tmp" "$1/cache"
+    cat > "$1/nginx.conf" <<NGINX
+$([ "$(id -u)" = 0 ] && echo "user nobody nogroup;")
+$2
+daemon off;
+pid $1/nginx.pid;
+error_log $1/error.log warn;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    keepalive_requests 1000000;
+    client_body_temp_path $1/tmp/body;
+    proxy_temp_path $1/tmp/proxy;
+    fastcgi_temp_path $1/tmp/fastcgi;
+    uwsgi_temp_path $1/tmp/uwsgi;
+    scgi_temp_path $1/tmp/scgi;
+$3
+}
+NGINX
+    nginx -t -q -e "$1/error.log" -c "$1/nginx.conf" -p "$1/"
+}
+
 SAMPLE_PORT=$(free_port)
-"$SAMPLE_BIN" --host 127.0.0.1 --port "$SAMPLE_PORT" > "$WORK/sample.log" 2>&1 &
+if [ "$ORIGIN" = nginx ]; then
+    padding=$(head -c 900 /dev/zero | tr '\0' 'x')
+    nginx_conf "$WORK/origin" "worker_processes 1;" "    server {
+        listen 127.0.0.1:$SAMPLE_PORT;
+        location / {
+            default_type application/json;
+            add_header Cache-Control \"max-age=60\";
+            return 200 '{\"code\":200,\"msg\":\"ok\",\"data\":{\"items\":[{\"id\":1,\"name\":\"item 1\",\"note\":\"$padding\"}]}}';
+        }
+    }"
+    nginx -e "$WORK/origin/error.log" -c "$WORK/origin/nginx.conf" -p "$WORK/origin/" > "$WORK/sample.log" 2>&1 &
+else
+    "$SAMPLE_BIN" --host 127.0.0.1 --port "$SAMPLE_PORT" > "$WORK/sample.log" 2>&1 &
+fi
 SAMPLE_PID=$!; track "$SAMPLE_PID"
 wait_http "http://127.0.0.1:$SAMPLE_PORT/api/items?limit=1" "$SAMPLE_PID" "$WORK/sample.log"
 write_miss_lua "$WORK/miss.lua"
@@ -91,7 +144,7 @@ SUMMARY="$OUT_DIR/summary.txt"
 say() { tee -a "$SUMMARY"; }
 {
     echo "Concierge profiles: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), binary $(binary_info)"
-    echo "HIT = GET /api/items?limit=1 again and again; MISS = a unique query per request (upstream: sample API)"
+    echo "HIT = GET /api/items?limit=1 again and again; MISS = a unique query per request (upstream: $([ "$ORIGIN" = nginx ] && echo "nginx return 200, 1 KB JSON" || echo "sample API"))"
 } | say
 
 # --- perf --------------------------------------------------------------------------------------
@@ -154,23 +207,19 @@ EOF
     start_concierge callgrind env LD_PRELOAD="$WORK/sigsuspend_shim.so" \
         valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.out" "$WORK/concierge"
     VG_PID=$PID
-    base="http://127.0.0.1:$PROXY_PORT/api/items?limit=1"
     # curl_batch FILE: all requests in FILE over one connection; fails unless every answer is 200.
     curl_batch() {
         local codes
         codes=$(curl -sS --max-time 900 -K "$1" -w '%{http_code}\n' | sort | uniq -c)
         echo "$codes" | awk '$2 != 200 {bad = 1} END {exit bad}' || die "non-200 answers under callgrind: $codes"
     }
-    urls() { # urls KIND FROM TO: a curl config
+    urls() { # urls BASE KIND FROM TO: a curl config
         local i
-        for ((i = $2; i <= $3; i++)); do
-            if [ "$1" = HIT ]; then echo "url = \"$base\""; else echo "url = \"$base&run=cg&n=$i\""; fi
+        for ((i = $3; i <= $4; i++)); do
+            if [ "$2" = HIT ]; then echo "url = \"$1\""; else echo "url = \"$1&run=cg&n=$i\""; fi
             echo "output = /dev/null"
         done
     }
-    urls HIT 1 "$WARMUP" > "$WORK/warm-hit.curl"; urls MISS 1 "$WARMUP" > "$WORK/warm-miss.curl"
-    urls HIT 1 "$CALLGRIND_REQUESTS" > "$WORK/hit.curl"
-    urls MISS $((WARMUP + 1)) $((WARMUP + CALLGRIND_REQUESTS)) > "$WORK/miss.curl"
     wait_entries() { # until /stats counts $1 entries (the writer commits after the replies)
         local i
         for ((i = 0; i < 600; i++)); do
@@ -179,27 +228,78 @@ EOF
         done
         die "the writer did not commit $1 entries within 300 s"
     }
-    log "callgrind: warm-up, $WARMUP HIT and $WARMUP MISS requests"
-    curl_batch "$WORK/warm-hit.curl"; curl_batch "$WORK/warm-miss.curl"
-    wait_entries $((WARMUP + 1)); sleep 1
-    for kind in HIT MISS; do
-        callgrind_control -z "$VG_PID" > "$WORK/cgctl.log" 2>&1 || die "callgrind_control -z failed: $(cat "$WORK/cgctl.log")"
-        log "callgrind: $CALLGRIND_REQUESTS $kind requests"
-        curl_batch "$WORK/${kind,,}.curl"
-        [ "$kind" = MISS ] && { wait_entries $((WARMUP + CALLGRIND_REQUESTS + 1)); sleep 1; }
-        callgrind_control -d "$kind" "$VG_PID" > "$WORK/cgctl.log" 2>&1 || die "callgrind_control -d failed: $(cat "$WORK/cgctl.log")"
-    done
-    for kind in HIT MISS; do
-        f=$(grep -l "^desc: Trigger: dump $kind\$" "$WORK"/callgrind.out* 2>/dev/null | awk 'NR == 1')
-        [ -n "$f" ] || die "no callgrind dump for $kind in $WORK"
-        cp "$f" "$OUT_DIR/callgrind-$kind.out"
+    # measure NAME PID BASE_URL WAIT(0|1): the same warm-up, zero, batch and dump for either
+    # server; WAIT=1 waits for Concierge's writer to commit before the MISS dump.
+    declare -A PER_REQUEST
+    measure() {
+        local name=$1 pid=$2 base=$3 wait=$4 kind f
+        urls "$base" HIT 1 "$WARMUP" > "$WORK/$name-warm-hit.curl"; urls "$base" MISS 1 "$WARMUP" > "$WORK/$name-warm-miss.curl"
+        urls "$base" HIT 1 "$CALLGRIND_REQUESTS" > "$WORK/$name-hit.curl"
+        urls "$base" MISS $((WARMUP + 1)) $((WARMUP + CALLGRIND_REQUESTS)) > "$WORK/$name-miss.curl"
+        log "callgrind ($name): warm-up, $WARMUP HIT and $WARMUP MISS requests"
+        curl_batch "$WORK/$name-warm-hit.curl"; curl_batch "$WORK/$name-warm-miss.curl"
+        if [ "$wait" = 1 ]; then wait_entries $((WARMUP + 1)); fi
+        sleep 1
+        for kind in HIT MISS; do
+            callgrind_control -z "$pid" > "$WORK/cgctl.log" 2>&1 || die "callgrind_control -z failed: $(cat "$WORK/cgctl.log")"
+            log "callgrind ($name): $CALLGRIND_REQUESTS $kind requests"
+            curl_batch "$WORK/$name-${kind,,}.curl"
+            if [ "$kind" = MISS ] && [ "$wait" = 1 ]; then wait_entries $((WARMUP + CALLGRIND_REQUESTS + 1)); fi
+            sleep 1
+            callgrind_control -d "$name-$kind" "$pid" > "$WORK/cgctl.log" 2>&1 || die "callgrind_control -d failed: $(cat "$WORK/cgctl.log")"
+        done
+        for kind in HIT MISS; do
+            f=$(grep -l "^desc: Trigger: dump $name-$kind\$" "$WORK"/*callgrind.out* 2>/dev/null | awk 'NR == 1')
+            [ -n "$f" ] || die "no callgrind dump for $name $kind in $WORK"
+            cp "$f" "$OUT_DIR/callgrind-$name-$kind.out"
+            $TOOLS callgrind-top "$OUT_DIR/callgrind-$name-$kind.out" "$CALLGRIND_REQUESTS" --top "$TOP" | demangle | cut -c1-200 > "$WORK/top-$name-$kind.txt"
+            PER_REQUEST[$name-$kind]=$(sed -n '1s/.*= \([0-9,]*\) per request.*/\1/p' "$WORK/top-$name-$kind.txt" | tr -d ,)
+            {
+                echo
+                echo "callgrind $name $kind (valgrind $(valgrind --version | sed 's/valgrind-//')), $CALLGRIND_REQUESTS sequential requests after $WARMUP of warm-up:"
+                cat "$WORK/top-$name-$kind.txt"
+            } | say
+        done
+    }
+    measure concierge "$VG_PID" "http://127.0.0.1:$PROXY_PORT/api/items?limit=1" 1
+    stop_pid "$VG_PID" 60; untrack "$VG_PID"
+    if [ "$NGINX" = 1 ]; then
+        NGINX_PORT=$(free_port)
+        nginx_conf "$WORK/nginx" "master_process off;" "    proxy_cache_path $WORK/nginx/cache levels=1:2 keys_zone=bench:32m max_size=2g inactive=1h use_temp_path=off;
+    upstream origin {
+        server 127.0.0.1:$SAMPLE_PORT;
+        keepalive 64;
+    }
+    server {
+        listen 127.0.0.1:$NGINX_PORT;
+        location / {
+            proxy_pass http://origin;
+            proxy_http_version 1.1;
+            proxy_set_header Connection \"\";
+            proxy_cache bench;
+            proxy_cache_key \$request_uri;
+            proxy_cache_valid 200 1h;
+            add_header X-Cache \$upstream_cache_status;
+        }
+    }"
+        log "callgrind: starting nginx under valgrind"
+        valgrind --tool=callgrind --callgrind-out-file="$WORK/nginx-callgrind.out" \
+            nginx -e "$WORK/nginx/error.log" -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx/" > "$WORK/nginx.log" 2>&1 &
+        NG_PID=$!; track "$NG_PID"
+        wait_http "http://127.0.0.1:$NGINX_PORT/api/items?limit=1" "$NG_PID" "$WORK/nginx.log" 120
+        measure nginx "$NG_PID" "http://127.0.0.1:$NGINX_PORT/api/items?limit=1" 0
+        stop_pid "$NG_PID" 60; untrack "$NG_PID"
         {
             echo
-            echo "callgrind $kind (valgrind $(valgrind --version | sed 's/valgrind-//')), $CALLGRIND_REQUESTS sequential requests after $WARMUP of warm-up:"
-            $TOOLS callgrind-top "$OUT_DIR/callgrind-$kind.out" "$CALLGRIND_REQUESTS" --top "$TOP" | demangle | cut -c1-200
+            echo "instructions per request (callgrind, the same driver; MISS with the cache writes):"
+            printf '  %-6s %12s %12s %8s\n' "" nginx Concierge ratio
+            for kind in HIT MISS; do
+                printf '  %-6s %12s %12s %7.2fx\n' "$kind" "${PER_REQUEST[nginx-$kind]}" "${PER_REQUEST[concierge-$kind]}" \
+                    "$(awk -v a="${PER_REQUEST[concierge-$kind]}" -v b="${PER_REQUEST[nginx-$kind]}" 'BEGIN {print a / b}')"
+            done
         } | say
-    done
-    stop_pid "$VG_PID" 60; untrack "$VG_PID"
+    fi
 fi
+
 echo | say
 echo "perf.data / callgrind.out files: $OUT_DIR (perf report -i FILE; callgrind_annotate FILE)" | say

@@ -42,17 +42,10 @@ public final class CacheStore: Sendable {
         self.database = database
         self.maxBytes = maxBytes
         hot = HotTier(capacityBytes: memoryBytes)
-        let (totals, hashes) = try database.pool.read { db -> (KeyIndex.Totals, Set<UInt64>) in
-            var totals = KeyIndex.Totals()
-            var hashes = Set<UInt64>(minimumCapacity: try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM cache_entry") ?? 0)
-            try CacheWriter.forEachRow(db) { row in
-                totals.entries += 1
-                totals.bytes += row.size
-                hashes.insert(row.hash)
-            }
-            return (totals, hashes)
-        }
-        let index = SharedKeyIndex(KeyIndex(totals: totals, hashes: hashes))
+        // The rows are read by the writer as it starts, between its batches (``KeyIndex``):
+        // start-up takes the same time with a million entries as with none.
+        let ceiling = try database.pool.read { db in try Int64.fetchOne(db, sql: "SELECT MAX(rowid) FROM cache_entry") ?? 0 }
+        let index = SharedKeyIndex(KeyIndex(loadingUpTo: ceiling))
         reader = CacheReader(database: database, hot: hot, index: index, accesses: AccessLog(), clock: clock,
                              logger: logger, encodeHead: encodeHead)
         writer = CacheWriter(reader: reader, maxBytes: maxBytes)
@@ -77,8 +70,18 @@ public final class CacheStore: Sendable {
     /// The clock entries are stored and judged by.
     public var clock: WallClock { reader.clock }
 
+    /// The entries and bytes stored; while the writer still reads the rows present at start-up
+    /// (``isIndexLoading``), those read so far.
     public var entryCount: Int { reader.index.totals.entries }
     public var byteCount: Int { reader.index.totals.bytes }
+    /// Whether the writer still reads the rows present at start-up (about a second per million).
+    public var isIndexLoading: Bool { reader.index.isLoading }
+
+    /// Returns once the writer (``run()``) has read the rows present at start-up: at once when
+    /// there were none, and when the writer stopped before it was done.
+    public func indexLoaded() async {
+        await writer.indexLoaded()
+    }
 
     /// A page of entries ordered by key, after `cursor` (exclusive), once what is queued is committed.
     /// - Throws: ``KeyPatternError`` when the pattern exceeds a limit or ``patternScanLimit``.

@@ -89,6 +89,7 @@ public final class StorageDatabase: Sendable {
             for suffix in ["-wal", "-shm"] where fm.fileExists(atPath: path + suffix) {
                 try fm.moveItem(atPath: path + suffix, toPath: aside + suffix)
             }
+            if fm.fileExists(atPath: Self.damagedMarker(path)) { try fm.moveItem(atPath: Self.damagedMarker(path), toPath: aside + ".damaged") }
             try fm.moveItem(atPath: path, toPath: aside)
             let fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0o600)
             if fd >= 0 { close(fd) }
@@ -96,6 +97,44 @@ public final class StorageDatabase: Sendable {
             movedAsidePath = aside
         } catch {
             throw StorageError(path: path, reason: "corrupt and could not be replaced: \(Self.describe(error))")
+        }
+    }
+
+    /// Files up to this size get SQLite's `quick_check` before the daemon serves.
+    static let startCheckBytes = 32 << 20
+
+    static func damagedMarker(_ path: String) -> String { path + ".damaged" }
+
+    private static func fileSize(_ path: String) -> Int {
+        var info = stat()
+        return stat(path, &info) == 0 ? Int(info.st_size) : 0
+    }
+
+    private static func quickCheck(_ db: Database) throws {
+        let result = try String.fetchOne(db, sql: "PRAGMA quick_check") ?? "unknown"
+        if result != "ok" { throw DatabaseError(resultCode: .SQLITE_CORRUPT, message: "quick_check: \(result)") }
+    }
+
+    /// SQLite's `quick_check` of a file too large to check before serving, run once the daemon
+    /// serves (a read: the writer goes on). A damaged file is marked (`<path>.damaged`), so the
+    /// next start moves it aside as a corrupt one, and storage counts as failing meanwhile
+    /// (cache writes refused). Returns whether the file is intact.
+    @discardableResult
+    public func checkIntegrity(logger: Logger) async -> Bool {
+        guard Self.fileSize(path) > Self.startCheckBytes else { return true }
+        do {
+            try await pool.read { db in try Self.quickCheck(db) }
+            return true
+        } catch let error as DatabaseError where Self.isCorrupt(error) {
+            _ = FileManager.default.createFile(atPath: Self.damagedMarker(path), contents: Data(Self.describe(error).utf8),
+                                           attributes: [.posixPermissions: 0o600])
+            logger.critical("storage file is damaged; it is moved aside at the next start",
+                            metadata: ["path": "\(path)", "error": "\(Self.describe(error))"])
+            health.recordFailure("integrity check", error)
+            return false
+        } catch {
+            logger.warning("storage integrity check could not run", metadata: ["error": "\(Self.describe(error))"])
+            return true
         }
     }
 
@@ -120,10 +159,17 @@ public final class StorageDatabase: Sendable {
         configuration.prepareDatabase { db in
             try db.execute(sql: "PRAGMA synchronous = NORMAL")
         }
+        if FileManager.default.fileExists(atPath: damagedMarker(path)) {
+            // A check after an earlier start found the file damaged (``checkIntegrity()``).
+            throw DatabaseError(resultCode: .SQLITE_CORRUPT, message: "marked damaged by the last integrity check")
+        }
         let pool = try DatabasePool(path: path, configuration: configuration)
-        try pool.write { db in
-            let result = try String.fetchOne(db, sql: "PRAGMA quick_check") ?? "unknown"
-            if result != "ok" { throw DatabaseError(resultCode: .SQLITE_CORRUPT, message: "quick_check: \(result)") }
+        // The whole-file check reads every page: at start only for a small file, so start-up
+        // does not grow with the cache; a larger one is checked in the background.
+        if fileSize(path) <= startCheckBytes {
+            try pool.write { db in try Self.quickCheck(db) }
+        } else {
+            try pool.read { db in _ = try Int.fetchOne(db, sql: "SELECT count(*) FROM sqlite_master") }
         }
         try migrator.migrate(pool)
         try pool.writeWithoutTransaction { db in

@@ -174,10 +174,10 @@ struct TokenRevocationTests {
             #expect(login.status == 200)
             #expect(rig.api.state.liveRefreshTokens == 1)
             #expect(try await rig.admin(.DELETE, "/session").status == 200)
-            #expect(await eventually { rig.api.state.calls("/oauth/revoke") == 1 })
+            #expect(await eventually(.seconds(30)) { rig.api.state.calls("/oauth/revoke") == 1 })
             #expect(rig.api.state.liveRefreshTokens == 0)
             #expect(rig.api.state.lastRequest("/oauth/revoke")?.headers["authorization"]?.hasPrefix("Basic ") == true)
-            #expect(await eventually { rig.logText.contains("tokens revoked at the provider") })
+            #expect(await eventually(.seconds(30)) { rig.logText.contains("tokens revoked at the provider") })
         }
     }
 
@@ -217,7 +217,7 @@ struct TokenRevocationTests {
             #expect(login.status == 200)
             #expect(try await rig.admin(.DELETE, "/session").status == 200)
             #expect(try await rig.admin(.GET, "/session").json?[path: "logged_in"] == .bool(false))
-            #expect(await eventually { rig.logText.contains("token revocation refused") })
+            #expect(await eventually(.seconds(30)) { rig.logText.contains("token revocation refused") })
         }
     }
 }

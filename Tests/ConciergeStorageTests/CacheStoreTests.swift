@@ -48,6 +48,7 @@ struct CacheStoreTests {
             try await fixture.finish()
         }
         let reopened = try StoreFixture(path: path)
+        try await bounded("index loaded") { await reopened.store.indexLoaded() }
         #expect(reopened.store.entryCount == 1)
         #expect(reopened.store.byteCount > 0)
         #expect(reopened.store.hotLookup(key) == nil)
@@ -134,6 +135,46 @@ struct CacheStoreTests {
         try await fixture.finish()
     }
 
+    @Test("a restart does not read the rows before serving: the writer loads them in slices, with stores, lookups and invalidations between, and the counts end exact")
+    func loadsAfterStart() async throws {
+        let dir = try TempDirectory()
+        defer { dir.remove() }
+        let path = dir.path("cache.sqlite")
+        let count = Int(CacheWriter.loadSliceRows) * 3 + 100
+        do {
+            let fixture = try StoreFixture(path: path, maxBytes: 512 << 20)
+            for i in 0..<count {
+                fixture.store.store(makeEntry(key: "k\(i)", size: 200))
+                if i % 5_000 == 4_999 { try await fixture.flush() }  // the writer's queue holds 20,000
+            }
+            try await fixture.flush()
+            try await fixture.finish()
+        }
+        // The writer is not running yet: nothing is read, the rows are still served.
+        let database = try StorageDatabase(path: path, logger: quietLogger)
+        let store = try CacheStore(database: database, maxBytes: 512 << 20, memoryBytes: 1 << 20, logger: quietLogger)
+        #expect(store.isIndexLoading)
+        #expect(store.entryCount == 0)
+        #expect(try await bounded("lookup") { await store.lookup("k\(count - 1)") }?.key == "k\(count - 1)")
+        let writer = Task { await store.run() }
+        // Changes while it loads: replacements and new keys, a delete by endpoint, everything
+        // of one endpoint on rows loaded or not.
+        for i in stride(from: 0, to: count, by: 97) { store.store(makeEntry(key: "k\(i)", size: 300)) }
+        for i in 0..<50 { store.store(makeEntry(key: "new\(i)", endpoint: "other", size: 250)) }
+        let removed = try await bounded("invalidate") { try await store.invalidate(.endpoints(["other"], scope: .everyone)) }
+        #expect(removed == 50)
+        try await bounded("index loaded") { await store.indexLoaded() }
+        #expect(!store.isIndexLoading)
+        let (rows, bytes) = try await database.pool.read { db in
+            (try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM cache_entry") ?? -1, try Int.fetchOne(db, sql: "SELECT SUM(size) FROM cache_entry") ?? -1)
+        }
+        #expect(store.entryCount == count)
+        #expect(store.entryCount == rows)
+        #expect(store.byteCount == bytes)
+        store.finish()
+        try await bounded("writer loop end") { await writer.value }
+    }
+
     @Test("an overwrite after a restart replaces the stored row: the counts do not grow")
     func overwriteAfterRestart() async throws {
         let dir = try TempDirectory()
@@ -146,6 +187,7 @@ struct CacheStoreTests {
             try await fixture.finish()
         }
         let reopened = try StoreFixture(path: path)
+        try await bounded("index loaded") { await reopened.store.indexLoaded() }
         reopened.store.store(makeEntry(key: "a", size: 1500))
         reopened.store.store(makeEntry(key: "b", size: 2000))
         try await reopened.flush()
@@ -447,6 +489,7 @@ struct CacheStoreTests {
             try await fixture.finish()
         }
         let reopened = try StoreFixture(path: path)
+        try await bounded("index loaded") { await reopened.store.indexLoaded() }
         #expect(reopened.store.entryCount == 50)
         try await reopened.finish()
     }

@@ -138,4 +138,171 @@ struct KeyIndexTests {
         #expect(index.totals == .init(entries: 3, bytes: 300))
         #expect(index.mayHaveRow(Self.row(2).hash))
     }
+
+    // MARK: Loading at start-up
+
+    @Test("a loading index may have every key, and counts a slice's live rows once it is read")
+    func loadingSlices() {
+        var index = KeyIndex(loadingUpTo: 3)
+        #expect(index.isLoading)
+        #expect(index.mayHaveRow(12345), "unknown until loaded: a lookup reads SQLite")
+        #expect(index.nextLoadSlice(2)! == (0, 2))
+        index.loaded([Self.row(1), Self.row(2)], through: 2)
+        #expect(index.totals == .init(entries: 2, bytes: 200))
+        #expect(index.nextLoadSlice(2)! == (2, 3))
+        index.loaded([Self.row(3)], through: 3)
+        #expect(!index.isLoading)
+        #expect(index.totals == .init(entries: 3, bytes: 300))
+        #expect(!index.mayHaveRow(12345))
+        #expect(index.mayHaveRow(Self.row(3).hash))
+        #expect(KeyIndex(loadingUpTo: 0).isLoading == false, "an empty table needs no loading")
+    }
+
+    @Test("changes to rows the loader has not read leave the totals to it; with random interleavings the totals always match the rows")
+    func loadingInterleaved() {
+        for seed in UInt64(1)...300 {
+            var model = LoadingModel(seed: seed)
+            model.run(steps: 400)
+            if let failure = model.failure {
+                Issue.record("seed \(seed): \(failure)")
+                return
+            }
+        }
+    }
 }
+
+/// A model of the cache table (rowid → key hash, size, store time) driven with random puts,
+/// deletes, dooms, doomed deletes, reads and load slices, checking after each step that the
+/// index's totals are exactly the live rows it has counted so far, and that every live row it
+/// has read may be found.
+struct LoadingModel {
+    struct Stored { var hash: UInt64; var size: Int; var storedAt: Int }
+    var rows: [Int64: Stored] = [:]
+    /// Rows counted out by a doom and not stored again (still in the table).
+    var unservable: Set<Int64> = []
+    var dooms: [(rowids: [Int64], token: UInt64, storedUpTo: Int)] = []
+    var reads: [UInt64] = []
+    var index: KeyIndex
+    var time = 0
+    var random: SplitMix
+    var failure: String?
+
+    init(seed: UInt64) {
+        random = SplitMix(state: seed)
+        let start = Int64(random.next(20)) + 1
+        for rowid in 1...start {
+            rows[rowid] = Stored(hash: UInt64(random.next(40)) * 1_000 + UInt64(rowid), size: random.next(100) + 1, storedAt: 0)
+        }
+        // Keys are unique: the key's hash identifies its row.
+        index = KeyIndex(loadingUpTo: start)
+    }
+
+    mutating func run(steps: Int) {
+        for _ in 0..<steps where failure == nil {
+            time += 1
+            index.beginBatch()
+            switch random.next(7) {
+            case 0, 1: put()
+            case 2: delete()
+            case 3: doom()
+            case 4: deleteDoomed()
+            case 5: read()
+            default: break
+            }
+            index.commitBatch()
+            // Between batches, the writer reads a slice.
+            if random.next(3) == 0, let slice = index.nextLoadSlice(Int64(random.next(4) + 1)) {
+                let found = rows.filter { $0.key > slice.after && $0.key <= slice.upTo }
+                index.loaded(found.map { KeyIndex.Row(rowid: $0.key, hash: $0.value.hash, size: $0.value.size) }, through: slice.upTo)
+            }
+            check()
+        }
+        while failure == nil, let slice = index.nextLoadSlice(8) {
+            let found = rows.filter { $0.key > slice.after && $0.key <= slice.upTo }
+            index.loaded(found.map { KeyIndex.Row(rowid: $0.key, hash: $0.value.hash, size: $0.value.size) }, through: slice.upTo)
+            check()
+        }
+        for read in reads { index.endRead(read) }
+        check()
+        if failure == nil, index.isLoading { failure = "still loading" }
+    }
+
+    mutating func put() {
+        let hash = random.next(2) == 0 ? rows.randomElement(using: &random)?.value.hash ?? 7 : UInt64(random.next(1_000_000)) * 1_000 + 999
+        let size = random.next(100) + 1
+        let existing = rows.first { $0.value.hash == hash }
+        let mayHave = index.putting(hash)
+        if existing != nil && !mayHave { failure = "a key with a row was said to have none" }
+        if let (rowid, old) = existing {
+            index.stored(rowid: rowid, size: size, replacing: KeyIndex.Row(rowid: rowid, hash: hash, size: old.size))
+            rows[rowid] = Stored(hash: hash, size: size, storedAt: time)
+            unservable.remove(rowid)
+        } else {
+            let rowid = (rows.keys.max() ?? 0) + 1  // SQLite's choice: may reuse a deleted top rowid
+            index.stored(rowid: rowid, size: size, replacing: nil)
+            rows[rowid] = Stored(hash: hash, size: size, storedAt: time)
+        }
+    }
+
+    mutating func delete() {
+        guard let (rowid, row) = rows.randomElement(using: &random) else { return }
+        let live = index.deleted(KeyIndex.Row(rowid: rowid, hash: row.hash, size: row.size))
+        if live == unservable.contains(rowid) { failure = "deleted(\(rowid)) said live: \(live)" }
+        rows[rowid] = nil
+        unservable.remove(rowid)
+    }
+
+    mutating func doom() {
+        let chosen = rows.filter { _ in random.next(4) == 0 }
+        guard !chosen.isEmpty else { return }
+        let token = index.doom(chosen.map { KeyIndex.Row(rowid: $0.key, hash: $0.value.hash, size: $0.value.size) })
+        unservable.formUnion(chosen.keys)
+        dooms.append((Array(chosen.keys), token, time))
+    }
+
+    mutating func deleteDoomed() {
+        guard !dooms.isEmpty else { return }
+        let doom = dooms.removeFirst()
+        for rowid in doom.rowids where (rows[rowid]?.storedAt ?? .max) <= doom.storedUpTo {
+            rows[rowid] = nil
+            unservable.remove(rowid)
+        }
+        index.deletedDoomed(doom.rowids, token: doom.token)
+    }
+
+    mutating func read() {
+        if !reads.isEmpty, random.next(2) == 0 {
+            index.endRead(reads.remove(at: random.next(reads.count)))
+        } else {
+            reads.append(index.beginRead())
+        }
+    }
+
+    mutating func check() {
+        guard failure == nil else { return }
+        var expected = KeyIndex.Totals()
+        for (rowid, row) in rows where !unservable.contains(rowid) {
+            let counted = index.loading.map { rowid <= $0.through || rowid > $0.ceiling } ?? true
+            if counted {
+                expected.entries += 1
+                expected.bytes += row.size
+            }
+            if !index.mayHaveRow(row.hash) { failure = "live row \(rowid) not found" }
+        }
+        if index.totals != expected { failure = "totals \(index.totals), rows say \(expected) (loading \(String(describing: index.loading)))" }
+    }
+}
+
+/// A seeded generator (SplitMix64): a failing seed is replayed exactly.
+struct SplitMix: RandomNumberGenerator {
+    var state: UInt64
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+    mutating func next(_ bound: Int) -> Int { Int(next() % UInt64(bound)) }
+}
+

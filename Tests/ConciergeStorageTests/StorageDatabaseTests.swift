@@ -117,6 +117,39 @@ struct StorageDatabaseTests {
         #expect(tables.contains("cache_entry"))
     }
 
+    @Test("a file too large to check before serving opens at once; a damaged page found by the check after start is marked, and the next start moves the file aside")
+    func largeFileCheckedAfterStart() async throws {
+        let dir = try TempDirectory()
+        defer { dir.remove() }
+        let path = dir.path("concierge.sqlite")
+        do {
+            let database = try StorageDatabase(path: path, logger: quietLogger)
+            try await database.pool.write { db in
+                try db.execute(sql: "CREATE TABLE filler (x BLOB)")
+                for _ in 0..<(StorageDatabase.startCheckBytes / 4000 + 500) { try db.execute(sql: "INSERT INTO filler VALUES (randomblob(4000))") }
+            }
+            try await database.pool.writeWithoutTransaction { db in _ = try db.checkpoint(.truncate) }
+            #expect(await database.checkIntegrity(logger: quietLogger), "an intact file passes")
+        }
+        // Damage one page in the middle of the file (the filler table's), not the schema.
+        let size = try #require(try FileManager.default.attributesOfItem(atPath: path)[.size] as? Int)
+        #expect(size > StorageDatabase.startCheckBytes)
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+        try handle.seek(toOffset: UInt64(size / 2 / 4096 * 4096))
+        try handle.write(contentsOf: Data(repeating: 0xA5, count: 4096))
+        try handle.close()
+
+        let database = try StorageDatabase(path: path, logger: quietLogger)
+        #expect(database.movedAsidePath == nil, "not read before serving")
+        #expect(await database.checkIntegrity(logger: quietLogger) == false)
+        #expect(FileManager.default.fileExists(atPath: path + ".damaged"))
+        let reopened = try StorageDatabase(path: path, logger: quietLogger)
+        let aside = try #require(reopened.movedAsidePath)
+        #expect(FileManager.default.fileExists(atPath: aside))
+        #expect(!FileManager.default.fileExists(atPath: path + ".damaged"), "the mark goes with the file")
+        #expect(await reopened.checkIntegrity(logger: quietLogger))
+    }
+
     @Test("a path under /proc is an unwritable path: StorageError names the path")
     func unwritableUnderProc() {
         let path = "/proc/forbidden/x.sqlite"

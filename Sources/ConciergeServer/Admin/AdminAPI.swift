@@ -22,7 +22,7 @@ struct AdminAPI: Sendable {
         router.get("/health") { _, _ in health() }
         router.get("/openapi.yaml") { _, _ in AdminOpenAPI.response() }
         router.get("/metrics") { _, _ in metrics() }
-        router.get("/stats") { _, _ in stats() }
+        router.get("/stats") { _, _ in await stats() }
         router.post("/cache/invalidate") { request, _ in try await invalidate(request) }
         router.get("/cache/entries") { request, _ in try await entries(request) }
         router.get("/session") { _, _ in json(control.sessionDescription()) }
@@ -50,7 +50,12 @@ struct AdminAPI: Sendable {
         return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(bytes: text)))
     }
 
-    func stats() -> Response {
+    /// Right after a start the writer may still be reading the cache's rows (about a second a
+    /// million): the counts wait for it, 2 s at most.
+    func stats() async -> Response {
+        for _ in 0..<100 where control.cache.isIndexLoading {
+            try? await Task.sleep(for: .milliseconds(20))
+        }
         let snapshot = control.stats.snapshot(entries: control.cache.entryCount, bytes: control.cache.byteCount)
         return json(.object(snapshot.mapValues { .int(Int64($0)) }))
     }

@@ -28,6 +28,9 @@ final class FleetSession: Sendable {
     /// Whether PostgreSQL answered the last call.
     private let reachable = Mutex(false)
     private let lastWarning = Mutex<ContinuousClock.Instant?>(nil)
+    /// Renewals in progress on this node, told when another node's new token is adopted
+    /// (``adopted(_:)``): what they wait for may come that way first.
+    private let renewals = Mutex<(next: Int, waiting: [Int: AsyncStream<RenewalSignal>.Continuation])>((0, [:]))
 
     init(database: FleetDatabase, seal: TokenSeal, config: ConciergeConfig.Fleet, session: SessionState, stats: ProxyStats, events: EventBus,
          logger: Logger) {
@@ -70,8 +73,16 @@ final class FleetSession: Sendable {
         // held back more than `fleet.timeout` × 5 by storing it for the fleet (a connection lost
         // mid-way may leave that waiting).
         let fetched = Mutex<TokenRefresher.Outcome?>(nil)
+        let fetching = Mutex(false)
         let (signals, signal) = AsyncStream.makeStream(of: RenewalSignal.self)
+        let waiter = renewals.withLock { r in
+            defer { r.next += 1 }
+            r.waiting[r.next] = signal
+            return r.next
+        }
+        defer { _ = renewals.withLock { $0.waiting.removeValue(forKey: waiter) } }
         let fetchOnce: @Sendable () async -> TokenRefresher.Outcome = {
+            fetching.withLock { $0 = true }
             let outcome = await fetch()
             fetched.withLock { $0 = outcome }
             signal.yield(.fetched)
@@ -83,10 +94,8 @@ final class FleetSession: Sendable {
                 // A database that is down or frozen is found out within `fleet.timeout`; past
                 // this point only another node's token request is waited for.
                 try await Deadline.run(self.config.timeout) { try await self.database.ping() }
-                let outcome = try await Deadline.run(lockWait + tokenTimeout + self.config.timeout) {
-                    try await self.database.withSessionLock(lockWait: lockWait) { row in
-                        try await Self.$renewing.withValue(true) { try await self.decide(row, stale: stale, kind: kind, loopGuard: loopGuard, fetch: fetchOnce) }
-                    }
+                let outcome = try await self.underLock(waitingAtMost: lockWait, tokenTimeout: tokenTimeout, fetching: fetching) { row in
+                    try await self.decide(row, stale: stale, kind: kind, loopGuard: loopGuard, fetch: fetchOnce)
                 }
                 signal.yield(.done(.success(outcome)))
             } catch {
@@ -108,15 +117,131 @@ final class FleetSession: Sendable {
                 return fallBack(fetched.withLock { $0 }, error)
             case .storeTimedOut:
                 return fallBack(fetched.withLock { $0 }, Deadline.Exceeded(limit: storeWait))
+            case .adopted(let tokens):
+                // Another node renewed and this node adopted its token (announced on the
+                // listener's connection): unless this node's own token request is under way,
+                // that is the answer, whatever became of this node's wait for the lock (a
+                // connection cut mid-transaction may leave that waiting).
+                guard tokens.kind == kind, tokens.accessToken != stale, !fetching.withLock({ $0 }) else { continue }
+                return .refreshed(tokens.accessToken)
             }
         }
         return nil
     }
 
-    private enum RenewalSignal: Sendable {
+    /// Runs `decide` holding the fleet row's lock, waiting for it at most `wait` in all, in
+    /// tries of ``lockSlice`` each: a try that neither gets the lock nor fails within its slice
+    /// and `fleet.timeout` (its connection cut mid-transaction: the database client may never
+    /// answer such a call) is abandoned, and the next one takes a new connection; so is a try
+    /// whose connection was lost. An abandoned try that gets the lock later gives it back
+    /// without deciding anything. Once a try holds the lock, `decide` (this node's token request
+    /// included) runs to its end, within `tokenTimeout` and `fleet.timeout` more.
+    private func underLock(waitingAtMost wait: Duration, tokenTimeout: Duration, fetching: borrowing Mutex<Bool>,
+                           _ decide: @escaping @Sendable (FleetDatabase.SessionRow) async throws -> FleetDatabase.Renewal<TokenRefresher.Outcome>)
+        async throws -> TokenRefresher.Outcome {
+        let giveUp = ContinuousClock.now + wait
+        while true {
+            let slice = min(lockSlice, max(.milliseconds(1), giveUp - .now))
+            let attempt = LockAttempt()
+            do {
+                return try await attempt.run(unanswered: slice + config.timeout, total: slice + tokenTimeout + config.timeout) {
+                    try await self.database.withSessionLock(lockWait: slice) { row in
+                        // Abandoned (its caller moved on to a new try): the lock goes back at once.
+                        guard attempt.claim() else { return .keep(nil) }
+                        return try await Self.$renewing.withValue(true) {
+                            switch try await decide(row) {
+                            case .keep(let outcome): return .keep(outcome)
+                            case .store(let tokens, let outcome): return .store(tokens, outcome)
+                            }
+                        }
+                    }
+                }
+            } catch where ContinuousClock.now < giveUp && !fetching.withLock({ $0 })
+                && (error is LockAttempt.Unanswered || FleetDatabase.lockNotAvailable(error) || FleetDatabase.connectionLost(error)) {
+                // A new try only while PostgreSQL answers: down or frozen, this node renews alone.
+                try await Deadline.run(config.timeout) { try await self.database.ping() }
+                continue
+            }
+        }
+    }
+
+    /// How long one try waits for the row's lock (PostgreSQL's `lock_timeout`) before the next.
+    var lockSlice: Duration { max(config.timeout * 2, .seconds(1)) }
+
+    /// One try for the fleet row's lock: abandoned by its caller unless it got the lock (or
+    /// failed) in time.
+    final class LockAttempt: Sendable {
+        struct Unanswered: Error, CustomStringConvertible {
+            var description: String { "the try for the fleet's lock got no answer" }
+        }
+
+        private enum State { case waiting, locked, abandoned }
+        private let state = Mutex(State.waiting)
+
+        /// Called with the lock held: whether the try may go on (it was not abandoned).
+        func claim() -> Bool {
+            state.withLock { s in
+                guard s == .waiting else { return false }
+                s = .locked
+                return true
+            }
+        }
+
+        /// Abandons the try unless it holds the lock; whether it was abandoned.
+        func abandon() -> Bool {
+            state.withLock { s in
+                guard s == .waiting else { return false }
+                s = .abandoned
+                return true
+            }
+        }
+
+        /// Runs `body`; throws ``Unanswered`` when it has neither got the lock nor ended within
+        /// `unanswered`, and ``Deadline/Exceeded`` when it has not ended within `total`. Neither
+        /// waits for a `body` that never answers (it is cancelled and left behind).
+        func run<T: Sendable>(unanswered: Duration, total: Duration, _ body: @escaping @Sendable () async throws -> T?) async throws -> T {
+            try await Deadline.run(total) {
+                try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
+                    let waiting = Answer(continuation)
+                    let work = Task {
+                        let result: Result<T, any Error>
+                        do {
+                            // `nil`: it got the lock after it was abandoned (answered already).
+                            guard let value = try await body() else { throw Unanswered() }
+                            result = .success(value)
+                        } catch {
+                            result = .failure(error)
+                        }
+                        waiting.take()?.resume(with: result)
+                    }
+                    Task {
+                        try? await Task.sleep(for: unanswered)
+                        guard self.abandon(), let continuation = waiting.take() else { return }
+                        work.cancel()
+                        continuation.resume(throwing: Unanswered())
+                    }
+                }
+            }
+        }
+    }
+
+    /// A caller's continuation, resumed once by whichever comes first.
+    private final class Answer<T: Sendable>: Sendable {
+        private let continuation: Mutex<CheckedContinuation<T, any Error>?>
+        init(_ continuation: CheckedContinuation<T, any Error>) { self.continuation = Mutex(continuation) }
+        func take() -> CheckedContinuation<T, any Error>? { continuation.withLock { $0.take() } }
+    }
+
+    enum RenewalSignal: Sendable {
         case fetched
         case done(Result<TokenRefresher.Outcome, any Error>)
         case storeTimedOut
+        case adopted(SessionTokens)
+    }
+
+    /// Tells the renewals in progress that this node adopted `tokens` from the fleet.
+    func adopted(_ tokens: SessionTokens) {
+        for waiting in renewals.withLock({ Array($0.waiting.values) }) { waiting.yield(.adopted(tokens)) }
     }
 
     /// After a renewal that could not be completed with the fleet: this node's own result if it
@@ -375,6 +500,7 @@ struct FleetService: Service {
         case .adopt(let tokens):
             do {
                 try await fleet.session.set(tokens)
+                fleet.adopted(tokens)
                 fleet.logger.info("fleet: session adopted", metadata: ["user": "\(tokens.userID ?? "-")", "kind": "\(tokens.kind.rawValue)"])
             } catch {
                 fleet.logger.error("fleet: could not store the adopted session", metadata: ["error": "\(error)"])

@@ -45,6 +45,8 @@ struct StorageRecoveryService: Service {
 
     func run() async throws {
         try? await cancelWhenGracefulShutdown {
+            // A large file is checked once the daemon serves (StorageDatabase.checkIntegrity).
+            await daemon.cache.database.checkIntegrity(logger: daemon.logger)
             while !Task.isCancelled {
                 try await Task.sleep(for: .seconds(5))
                 guard daemon.storageDegraded else { continue }

@@ -83,7 +83,6 @@ extension CacheWriter {
 
     /// Deletes rows matching a SQL condition; returns how many live entries went.
     func deleteRows(_ db: Database, where whereClause: String, _ arguments: StatementArguments = []) throws -> Int {
-        let before = index.totals.entries
         let rows = try Row.fetchCursor(db, sql: "DELETE FROM cache_entry WHERE \(whereClause) RETURNING rowid, key, size",
                                        arguments: arguments)
         var deleted: [KeyIndex.Row] = []
@@ -94,8 +93,7 @@ extension CacheWriter {
             deleted.append(KeyIndex.Row(rowid: row["rowid"], hash: KeyHash.of(key), size: row["size"]))
         }
         try dropTags(of: keys, in: db)
-        index.update { index in for row in deleted { index.deleted(row) } }
-        return before - index.totals.entries
+        return index.update { index in deleted.reduce(0) { n, row in index.deleted(row) ? n + 1 : n } }
     }
 
     func delete(_ criteria: InvalidationCriteria, in db: Database, now: Double) throws -> Int {
@@ -103,9 +101,14 @@ extension CacheWriter {
         case .all:
             let before = index.totals.entries
             try db.execute(sql: "DELETE FROM cache_entry")
+            // While the index loads, its totals lack the rows it has not read: SQLite's count
+            // (the whole table goes without visiting rows), less the rows invalidated already.
+            let rowsDeleted = db.changesCount
             try db.execute(sql: "DELETE FROM cache_tag")
-            index.update { $0.deletedAll() }
-            return before
+            return index.update { index in
+                defer { index.deletedAll() }
+                return index.isLoading ? max(0, rowsDeleted - index.unservableRows) : before
+            }
         case .user, .endpoints:
             guard let selection = Self.selection(criteria) else { return 0 }
             return try deleteRows(db, where: selection.sql, selection.arguments)

@@ -54,9 +54,12 @@ final class CacheWriter: Sendable {
     private let committedSinceTrim = Mutex(0)
     /// Work that the current batch asks for once it commits (dropped if it rolls back).
     private let followUps = Mutex<[Work]>([])
+    /// Callers of ``indexLoaded()`` while the index loads; `nil` once it is loaded (or the writer stopped).
+    private let loadWaiters: Mutex<[CheckedContinuation<Void, Never>]?>
 
     init(reader: CacheReader, maxBytes: Int) {
         (self.reader, self.maxBytes) = (reader, maxBytes)
+        loadWaiters = Mutex(reader.index.isLoading ? [] : nil)
         (wakeup, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
     }
 
@@ -116,6 +119,7 @@ final class CacheWriter: Sendable {
     /// Runs until ``finish()`` (or cancellation), then commits what is queued, large deletes
     /// included, so no invalidated row outlives the writer.
     func run() async {
+        await loadIndex()
         for await _ in wakeup {
             await gatherPuts()
             await drain()
@@ -284,10 +288,65 @@ final class CacheWriter: Sendable {
         return rows
     }
 
+    // MARK: - Loading the index
+
+    /// Rows read per slice while the index loads: about 10 ms of reading each, so queued work
+    /// waits at most that long for the writer.
+    static let loadSliceRows: Int64 = 8192
+
+    /// Reads the rows present at start-up into the key index, a slice of rowids at a time, with
+    /// the work queued meanwhile committed between slices. Until it is done, lookups read
+    /// SQLite for every key and the totals count the rows read so far.
+    private func loadIndex() async {
+        guard index.isLoading else { return }
+        let began = ContinuousClock.now
+        var failures = 0
+        while !isStopping, !Task.isCancelled, let slice = index.update({ $0.nextLoadSlice(Self.loadSliceRows) }) {
+            do {
+                // Between batches: no write is in flight, so the slice is as the index was told.
+                let rows = try await database.pool.read { db in try Self.rows(db, after: slice.after, upTo: slice.upTo) }
+                index.update { $0.loaded(rows, through: slice.upTo) }
+            } catch {
+                failures += 1
+                if failures == 1 { logger.error("cache index: reading the rows failed; retrying", metadata: ["error": "\(error)"]) }
+                try? await Task.sleep(for: .milliseconds(100))
+            }
+            if pending.withLock({ !$0.isEmpty }) { await drain() }
+        }
+        for waiter in loadWaiters.withLock({ waiters in defer { waiters = nil }; return waiters ?? [] }) { waiter.resume() }
+        if !index.isLoading {
+            let totals = index.totals
+            logger.info("cache index loaded", metadata: ["entries": "\(totals.entries)", "bytes": "\(totals.bytes)",
+                                                         "seconds": "\(ContinuousClock.now - began)"])
+        }
+    }
+
+    /// Returns once the rows present at start-up are in the index (or the writer stopped first).
+    func indexLoaded() async {
+        await withCheckedContinuation { continuation in
+            let waiting = loadWaiters.withLock { waiters -> Bool in
+                guard waiters != nil else { return false }
+                waiters?.append(continuation)
+                return true
+            }
+            if !waiting { continuation.resume() }
+        }
+    }
+
+    /// The rows with a rowid in `after + 1 ... upTo` (a range of the table's b-tree).
+    static func rows(_ db: Database, after: Int64, upTo: Int64) throws -> [KeyIndex.Row] {
+        var rows: [KeyIndex.Row] = []
+        rows.reserveCapacity(Int(min(upTo - after, loadSliceRows)))
+        try forEachRow(db, sql: "SELECT rowid, key, size FROM cache_entry WHERE rowid > ? AND rowid <= ?", bounds: [after, upTo]) { rows.append($0) }
+        return rows
+    }
+
     /// Each row's id, key hash and size, straight from SQLite's buffers (no string per key).
-    static func forEachRow(_ db: Database, _ body: (KeyIndex.Row) -> Void) throws {
-        let statement = try db.makeStatement(sql: "SELECT rowid, key, size FROM cache_entry")
+    static func forEachRow(_ db: Database, sql: String = "SELECT rowid, key, size FROM cache_entry", bounds: [Int64] = [],
+                           _ body: (KeyIndex.Row) -> Void) throws {
+        let statement = try db.makeStatement(sql: sql)
         let raw = statement.sqliteStatement
+        for (n, bound) in bounds.enumerated() { sqlite3_bind_int64(raw, Int32(n + 1), bound) }
         defer { sqlite3_reset(raw) }
         while sqlite3_step(raw) == SQLITE_ROW {
             guard let text = sqlite3_column_text(raw, 1) else { continue }

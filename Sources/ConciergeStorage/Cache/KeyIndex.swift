@@ -8,13 +8,19 @@ import Synchronization
 /// mutating method keeps these invariants, which `KeyIndexTests` check without any timing:
 /// - ``totals`` counts the *live* rows: present in SQLite and not doomed.
 /// - A key whose hash is absent has no live row (a hash present may be stale: that costs one
-///   read, never a wrong answer).
+///   read, never a wrong answer). While the index is *loading* (below) every key may have a row.
 /// - A *doomed* row (invalidated, deleted later in slices by the writer) is never served or
 ///   listed, and is counted out of ``totals`` once. A doomed row stored again (*revived*)
 ///   counts again at once, but stays unservable until its release.
 /// - A doom is released only when no read that began before the release was scheduled is still
 ///   running: such a read may hold a snapshot from before the delete (or the re-store)
 ///   committed. Reads register with ``beginRead()`` / ``endRead(_:)``.
+///
+/// Start-up does not read the rows: the index begins *loading* (``init(loadingUpTo:)``) and the
+/// writer reads the rows in slices of rowids between its batches (``loaded(_:through:)``), so
+/// the daemon serves at once whatever the size of the cache. Meanwhile a change to a row the
+/// loader has not reached yet leaves ``totals`` alone (the loader counts the row as it finds it
+/// then), and every lookup may read SQLite.
 struct KeyIndex: Sendable {
     struct Totals: Equatable, Sendable {
         var entries = 0
@@ -36,8 +42,18 @@ struct KeyIndex: Sendable {
         var revived = false
     }
 
+    /// The rowids the loader has still to read: `through` (exclusive) up to `ceiling`
+    /// (inclusive), the largest rowid at start-up; rows stored since start above it are
+    /// counted as they are stored.
+    struct Loading: Equatable, Sendable {
+        var through: Int64
+        let ceiling: Int64
+    }
+
     private(set) var totals: Totals
     private var presence: Set<UInt64>
+    /// `nil` once every row present at start-up was read.
+    private(set) var loading: Loading?
     private var doomed: [Int64: Doom] = [:]
     private var lastToken: UInt64 = 0
     /// Releases waiting in the current batch, scheduled when it commits.
@@ -55,10 +71,20 @@ struct KeyIndex: Sendable {
         presence = hashes
     }
 
+    /// An index that knows nothing yet of the rows with a rowid up to `ceiling` (the largest in
+    /// the table; 0 for an empty table, which needs no loading).
+    init(loadingUpTo ceiling: Int64) {
+        totals = Totals()
+        presence = []
+        loading = ceiling > 0 ? Loading(through: 0, ceiling: ceiling) : nil
+    }
+
+    var isLoading: Bool { loading != nil }
+
     // MARK: - Questions (readers)
 
     /// Whether the key may have a live row: `false` means a lookup can skip SQLite.
-    func mayHaveRow(_ hash: UInt64) -> Bool { presence.contains(hash) }
+    func mayHaveRow(_ hash: UInt64) -> Bool { loading != nil || presence.contains(hash) }
 
     /// Whether the row must not be served or listed.
     func isDoomed(_ rowid: Int64) -> Bool { !doomed.isEmpty && doomed[rowid] != nil }
@@ -88,42 +114,74 @@ struct KeyIndex: Sendable {
     /// or a doomed row whose key the index no longer knows). The key is known from now on.
     mutating func putting(_ hash: UInt64) -> Bool {
         let known = !presence.insert(hash).inserted
-        return known || !doomed.isEmpty
+        return known || !doomed.isEmpty || loading != nil
     }
 
     /// A put stored `size` bytes in row `rowid`, replacing `old` (the key's row before, if any).
     mutating func stored(rowid: Int64, size: Int, replacing old: Row?) {
+        let counts = isCounted(old?.rowid ?? rowid)
         if let old {
             if !doomed.isEmpty, let doom = doomed[old.rowid], !doom.revived {
-                totals.entries += 1  // counted out by its invalidation
+                if counts { totals.entries += 1 }  // counted out by its invalidation
                 revive(old.rowid, doom)
-            } else {
+            } else if counts {
                 totals.bytes -= old.size
             }
         } else {
-            totals.entries += 1
+            if counts { totals.entries += 1 }
             // SQLite may give a new row the rowid of a deleted one still waiting for release.
             if !doomed.isEmpty, let doom = doomed[rowid], !doom.revived { revive(rowid, doom) }
         }
-        totals.bytes += size
+        if counts { totals.bytes += size }
     }
 
-    /// A row was deleted (sweep, eviction, invalidation by endpoint or user).
-    mutating func deleted(_ row: Row) {
+    /// A row was deleted (sweep, eviction, invalidation by endpoint or user). Returns whether
+    /// it was a live entry (not one an invalidation already counted out).
+    @discardableResult
+    mutating func deleted(_ row: Row) -> Bool {
         if !doomed.isEmpty, let doom = doomed[row.rowid] {
             batchReleases.append((row.rowid, doom.token))
-            guard doom.revived else { return }  // already counted out
+            guard doom.revived else { return false }  // already counted out
         }
-        totals.entries -= 1
-        totals.bytes -= row.size
+        if isCounted(row.rowid) {
+            totals.entries -= 1
+            totals.bytes -= row.size
+        }
         presence.remove(row.hash)
+        return true
     }
+
+    /// Rows counted out by an invalidation and not stored again, still in SQLite until the
+    /// writer's slices delete them.
+    var unservableRows: Int { doomed.values.count { !$0.revived } }
 
     /// Every row was deleted.
     mutating func deletedAll() {
         totals = Totals()
         presence.removeAll()
+        loading = nil
         for (rowid, doom) in doomed { batchReleases.append((rowid, doom.token)) }
+    }
+
+    // MARK: - Loading (the writer, between batches)
+
+    /// The next rowids to read, at most `count` of them: `(after, upTo)`; `nil` once loaded.
+    func nextLoadSlice(_ count: Int64) -> (after: Int64, upTo: Int64)? {
+        loading.map { ($0.through, min($0.ceiling, $0.through + count)) }
+    }
+
+    /// The rows SQLite holds with a rowid in the slice ``nextLoadSlice(_:)`` gave, read between
+    /// batches (so after every change this index was told of): the live ones count.
+    mutating func loaded(_ rows: [Row], through upTo: Int64) {
+        guard var loading else { return }
+        for row in rows where row.rowid > loading.through && row.rowid <= upTo {
+            if !doomed.isEmpty, let doom = doomed[row.rowid], !doom.revived { continue }
+            presence.insert(row.hash)
+            totals.entries += 1
+            totals.bytes += row.size
+        }
+        loading.through = upTo
+        self.loading = loading.through >= loading.ceiling ? nil : loading
     }
 
     /// Rows invalidated now and deleted later: unservable and counted out at once. Returns the
@@ -133,8 +191,10 @@ struct KeyIndex: Sendable {
         lastToken += 1
         for row in rows {
             if let doom = doomed[row.rowid], !doom.revived { continue }
-            totals.entries -= 1
-            totals.bytes -= row.size
+            if isCounted(row.rowid) {
+                totals.entries -= 1
+                totals.bytes -= row.size
+            }
             presence.remove(row.hash)
             doomed[row.rowid] = Doom(token: lastToken)
         }
@@ -163,6 +223,7 @@ struct KeyIndex: Sendable {
         batchReleases.removeAll(keepingCapacity: true)
         presence.removeAll(keepingCapacity: true)
         totals = Totals()
+        loading = nil  // a full recount
         for row in rows where doomed[row.rowid].map({ $0.revived }) ?? true {
             presence.insert(row.hash)
             totals.entries += 1
@@ -171,6 +232,13 @@ struct KeyIndex: Sendable {
     }
 
     // MARK: - Private
+
+    /// Whether ``totals`` holds the row (or will once stored): `false` only for rows present at
+    /// start-up the loader has not read yet, which it counts when it does.
+    private func isCounted(_ rowid: Int64) -> Bool {
+        guard let loading else { return true }
+        return rowid <= loading.through || rowid > loading.ceiling
+    }
 
     private mutating func journalDoomed() {
         if doomedBeforeBatch == nil { doomedBeforeBatch = doomed }
@@ -205,6 +273,8 @@ final class SharedKeyIndex: Sendable {
     }
 
     var totals: KeyIndex.Totals { index.withLock { $0.totals } }
+
+    var isLoading: Bool { index.withLock { $0.isLoading } }
 
     /// Whether SQLite may hold a live row for the key; if so, registers a read (end it with
     /// ``endRead(_:rowid:)``).

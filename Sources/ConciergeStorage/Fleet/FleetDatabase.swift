@@ -355,6 +355,27 @@ public final class FleetDatabase: Sendable {
         return nil
     }
 
+    /// Whether `error` says only that this call's connection was lost (closed by the server, as
+    /// when its backend is terminated, or by the network) while PostgreSQL itself may well be
+    /// up: worth one more try on a new connection, unlike a refusal, a timeout or a SQL error.
+    public static func connectionLost(_ error: any Error) -> Bool {
+        if let transaction = error as? PostgresTransactionError {
+            return [transaction.beginError, transaction.closureError, transaction.commitError].contains { $0.map(connectionLost) ?? false }
+        }
+        guard let psql = error as? PSQLError else { return false }
+        if psql.code == .serverClosedConnection || psql.code == .clientClosedConnection || psql.code == .connectionError { return true }
+        // 57P01 admin_shutdown (pg_terminate_backend), 57P02 crash_shutdown, 57P03 cannot_connect_now.
+        return psql.serverInfo?[.sqlState].map { ["57P01", "57P02"].contains($0) } ?? false
+    }
+
+    /// Whether `error` is PostgreSQL's `lock_timeout` (SQLSTATE 55P03, lock_not_available).
+    public static func lockNotAvailable(_ error: any Error) -> Bool {
+        if let transaction = error as? PostgresTransactionError {
+            return [transaction.beginError, transaction.closureError, transaction.commitError].contains { $0.map(lockNotAvailable) ?? false }
+        }
+        return (error as? PSQLError)?.serverInfo?[.sqlState] == "55P03"
+    }
+
     /// The version or sequence number of an announcement `fleet:N` for this fleet.
     private func version(_ payload: String) -> Int64? {
         guard let colon = payload.lastIndex(of: ":"), payload[..<colon] == fleet else { return nil }
