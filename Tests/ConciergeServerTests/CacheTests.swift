@@ -10,7 +10,8 @@ import Testing
 struct CacheTests {
     @Test("a first request is a MISS and stored, the second a HIT with Age and Cache-Status, the upstream is called once")
     func missThenHit() async throws {
-        try await ConciergeTestRig.with { rig in
+        // The daemon's clock stands still: the hit's `Age` is 0 however long the machine takes.
+        try await ConciergeTestRig.with(clock: ManualClock()) { rig in
             let first = try await rig.get("/api/items?limit=2")
             #expect(first.header("X-Cache") == "MISS")
             #expect(first.header("Cache-Status") == "concierge; fwd=miss; stored")

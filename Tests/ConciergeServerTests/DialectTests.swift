@@ -83,9 +83,12 @@ struct OAuth2DialectTests {
 
     @Test("with a short expires_in the token is renewed before it expires: the upstream never answers 401")
     func refreshAhead() async throws {
-        try await Self.with(ttl: .seconds(2)) { rig in
+        // 10-second tokens are renewed once less than half their life is left: a token sent has
+        // 5 s or more to reach the upstream, which a loaded machine takes too (2-second tokens,
+        // with 1 s, met expiry signals under load).
+        try await Self.with(ttl: .seconds(10)) { rig in
             _ = try await Self.login(rig)
-            let renewed = try await eventually(.seconds(6)) {
+            let renewed = try await eventually(.seconds(60)) {
                 let reply = try await rig.get("/api/items")
                 #expect(reply.status == 200)
                 return rig.api.state.tokenCalls >= 2
