@@ -76,32 +76,12 @@ SAMPLE_PORT=$(free_port)
 HIT_PATH="/api/items?limit=1"
 declare -A PORT ROOT
 
-# nginx_head DIR WORKERS: the start of an nginx.conf whose pid, logs and temp files are in DIR,
-# up to the first lines of `http {` (as root the workers drop to nobody).
-nginx_head() {
-    cat <<EOF
-$([ "$(id -u)" = 0 ] && echo "user nobody nogroup;")
-worker_processes $2;
-daemon off;
-pid $1/nginx.pid;
-error_log $1/error.log warn;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    client_body_temp_path $1/tmp/body;
-    proxy_temp_path $1/tmp/proxy;
-    fastcgi_temp_path $1/tmp/fastcgi;
-    uwsgi_temp_path $1/tmp/uwsgi;
-    scgi_temp_path $1/tmp/scgi;
-EOF
-}
-
 # --- origin: the sample API, or nginx answering at once --------------------------------------
 if [ "$ORIGIN" = nginx ]; then
     mkdir -p "$WORK/origin/tmp"
     [ "$(id -u)" = 0 ] && chown -R nobody:nogroup "$WORK/origin/tmp"
     padding=$(head -c 900 /dev/zero | tr '\0' 'x')
-    { nginx_head "$WORK/origin" 1; cat <<EOF
+    { nginx_head "$WORK/origin" "worker_processes 1;"; cat <<EOF
     keepalive_requests 1000000;
     server {
         listen 127.0.0.1:$SAMPLE_PORT;
@@ -139,7 +119,7 @@ if has nginx; then
     mkdir -p "$WORK/nginx/cache" "$WORK/nginx/tmp"
     # As root the workers drop to nobody (nginx_head): they must be able to write the cache and temp dirs.
     [ "$(id -u)" = 0 ] && chown -R nobody:nogroup "$WORK/nginx/cache" "$WORK/nginx/tmp"
-    { nginx_head "$WORK/nginx" "$NGINX_WORKERS"; cat <<EOF
+    { nginx_head "$WORK/nginx" "worker_processes $NGINX_WORKERS;"; cat <<EOF
     proxy_cache_path $WORK/nginx/cache levels=1:2 keys_zone=bench:32m max_size=2g inactive=1h use_temp_path=off;
     upstream sample {
         server 127.0.0.1:$SAMPLE_PORT;

@@ -254,7 +254,9 @@ end
 LUA
 }
 
-# write_concierge_config FILE PROXY_PORT ADMIN_PORT UPSTREAM_URL DB_PATH MEMORY_BYTES
+# write_concierge_config FILE PROXY_PORT ADMIN_PORT UPSTREAM_URL DB_PATH MEMORY_BYTES [MAX_BYTES] [LOG_LEVEL]
+# GET /api/items cached for an hour (keys "GET UPSTREAM/api/items?... v=1"), admin token
+# bench-admin-token, request logging off.
 write_concierge_config() {
     cat > "$1" <<EOF
 listen:
@@ -264,7 +266,7 @@ admin:
   token: bench-admin-token
 storage:
   path: $5
-  max_bytes: 2GB
+  max_bytes: ${7:-2GB}
   memory_bytes: $6
 upstreams:
   debug: $4
@@ -275,7 +277,7 @@ endpoints:
     cache: { ttl: 1h }
 log:
   format: text
-  level: warning
+  level: ${8:-warning}
   requests: false
 EOF
 }
@@ -288,4 +290,24 @@ admin_stats() {
     else
         echo "$json"
     fi
+}
+
+# nginx_head DIR PROCESS_DIRECTIVES: the start of an nginx.conf whose pid, logs and temp files are in DIR,
+# up to the first lines of `http {` (as root the workers drop to nobody).
+nginx_head() {
+    cat <<EOF
+$([ "$(id -u)" = 0 ] && echo "user nobody nogroup;")
+$2
+daemon off;
+pid $1/nginx.pid;
+error_log $1/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path $1/tmp/body;
+    proxy_temp_path $1/tmp/proxy;
+    fastcgi_temp_path $1/tmp/fastcgi;
+    uwsgi_temp_path $1/tmp/uwsgi;
+    scgi_temp_path $1/tmp/scgi;
+EOF
 }

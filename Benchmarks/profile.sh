@@ -78,29 +78,11 @@ demangle() {
     else cat; fi
 }
 
-# nginx_conf DIR PROCESS_LINES HTTP_BLOCK: an nginx.conf in DIR (pid, logs, temp files there;
-# as root the workers drop to nobody).
+# nginx_conf DIR PROCESS_DIRECTIVES HTTP_BLOCK: DIR/nginx.conf (nginx_head, then the block), checked.
 nginx_conf() {
     mkdir -p "$1/tmp" "$1/cache"
     [ "$(id -u)" = 0 ] && chown -R nobody:nogroup "$1/tmp" "$1/cache"
-    cat > "$1/nginx.conf" <<NGINX
-$([ "$(id -u)" = 0 ] && echo "user nobody nogroup;")
-$2
-daemon off;
-pid $1/nginx.pid;
-error_log $1/error.log warn;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    keepalive_requests 1000000;
-    client_body_temp_path $1/tmp/body;
-    proxy_temp_path $1/tmp/proxy;
-    fastcgi_temp_path $1/tmp/fastcgi;
-    uwsgi_temp_path $1/tmp/uwsgi;
-    scgi_temp_path $1/tmp/scgi;
-$3
-}
-NGINX
+    { nginx_head "$1" "$2"; printf '    keepalive_requests 1000000;\n%s\n}\n' "$3"; } > "$1/nginx.conf"
     nginx -t -q -e "$1/error.log" -c "$1/nginx.conf" -p "$1/"
 }
 

@@ -38,29 +38,7 @@ ADMIN_PORT=$(free_port)
 UPSTREAM="http://127.0.0.1:$SAMPLE_PORT"
 DB="$WORK/state/cache.sqlite"
 
-cat > "$WORK/concierge.yaml" <<EOF
-listen:
-  proxy: 127.0.0.1:$PROXY_PORT
-  admin: 127.0.0.1:$ADMIN_PORT
-admin:
-  token: $TOKEN
-storage:
-  path: $DB
-  max_bytes: 4GB
-  memory_bytes: 64MB
-upstreams:
-  debug: $UPSTREAM
-environment: debug
-cache:
-  version: 1
-endpoints:
-  - name: itemList
-    match: GET /api/items
-    cache: { ttl: 1h }
-log:
-  level: info
-  requests: false
-EOF
+write_concierge_config "$WORK/concierge.yaml" "$PROXY_PORT" "$ADMIN_PORT" "$UPSTREAM" "$DB" 64MB 4GB info
 
 "$SAMPLE_BIN" --host 127.0.0.1 --port "$SAMPLE_PORT" > "$WORK/sample.log" 2>&1 &
 SAMPLE_PID=$!; track "$SAMPLE_PID"

@@ -17,6 +17,27 @@ struct JSONScanTests {
         #expect(scan(#"{"code":1,"code":2}"#) == JSONScan.Result.found(JSONValue.parse(#"{"code":1,"code":2}"#)![path: "code"]!))
     }
 
+    @Test("strings are read eight bytes at a time: a quote, backslash, control or non-ASCII byte at any offset is found as byte by byte")
+    func stringsByWords() {
+        let specials: [(text: String, valid: Bool)] = [("\\\"", true), ("\\n", true), ("\\u00e9", true), ("é", true), ("中", true),
+                                                        ("\u{01}", false), ("\u{1F}", false), ("\\x", false), ("~", true), (" ", true)]
+        for length in 0..<20 {
+            for offset in 0...length {
+                for special in specials {
+                    let plain = String(repeating: "a", count: length)
+                    let inner = String(plain.prefix(offset)) + special.text + String(plain.dropFirst(offset))
+                    let text = "{\"note\":\"" + inner + "\",\"code\":7}"
+                    let expected: JSONScan.Result = special.valid ? .found(7) : .notJSON
+                    #expect(scan(text) == expected, "\(text)")
+                    #expect((JSONValue.parse(Array(text.utf8)) != nil) == special.valid, "the full parser agrees on \(text)")
+                }
+            }
+        }
+        // A string ending exactly at a word's end, and one cut inside a word.
+        #expect(scan(#"{"code":"abcdefgh"}"#) == .found("abcdefgh"))
+        #expect(scan(#"{"code":"abcdefghijklmno"#) == .notJSON)
+    }
+
     @Test("valid JSON without the path is missing")
     func missing() {
         #expect(scan(#"{"msg":"ok"}"#) == .missing)
