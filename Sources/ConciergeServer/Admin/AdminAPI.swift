@@ -53,8 +53,9 @@ struct AdminAPI: Sendable {
     /// Right after a start the writer may still be reading the cache's rows (about a second a
     /// million): the counts wait for it, 2 s at most.
     func stats() async -> Response {
-        for _ in 0..<100 where control.cache.isIndexLoading {
-            try? await Task.sleep(for: .milliseconds(20))
+        if control.cache.isIndexLoading {
+            let cache = control.cache
+            _ = try? await Deadline.run(.seconds(2)) { await cache.indexLoaded() }
         }
         let snapshot = control.stats.snapshot(entries: control.cache.entryCount, bytes: control.cache.byteCount)
         return json(.object(snapshot.mapValues { .int(Int64($0)) }))
