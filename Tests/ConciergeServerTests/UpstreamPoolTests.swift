@@ -145,7 +145,7 @@ struct UpstreamPoolTests {
         try await withUpstream(reply: { r in .send(body: Self.okBody, close: r.connection == 0) }) { upstream in
             try await withPool { pool in
                 #expect(Self.body(await send(pool, request(upstream.url + "/a"))) == Self.okBody)
-                #expect(await eventually { await pool.connectionCount() == 0 }, "the pool noticed the close")
+                #expect(await eventually(.seconds(60)) { await pool.connectionCount() == 0 }, "the pool noticed the close")
                 #expect(Self.body(await send(pool, request(upstream.url + "/b"))) == Self.okBody)
                 #expect(upstream.counts.accepted == 2)
             }
@@ -189,7 +189,7 @@ struct UpstreamPoolTests {
                 }
                 #expect(upstream.counts.accepted == 20)
                 #expect(upstream.requests.allSatisfy { $0.sequence == 0 })
-                #expect(await eventually { upstream.counts.open == 0 }, "open: \(upstream.counts.open)")
+                #expect(await eventually(.seconds(60)) { upstream.counts.open == 0 }, "open: \(upstream.counts.open)")
             }
         }
     }
@@ -199,7 +199,7 @@ struct UpstreamPoolTests {
         try await withUpstream(reply: { _ in .send(body: Self.okBody) }) { upstream in
             try await withPool(idleTimeout: .milliseconds(200)) { pool in
                 #expect(Self.body(await send(pool, request(upstream.url + "/a"))) == Self.okBody)
-                #expect(await eventually { upstream.counts.open == 0 && upstream.counts.accepted == 1 })
+                #expect(await eventually(.seconds(60)) { upstream.counts.open == 0 && upstream.counts.accepted == 1 })
                 #expect(await pool.connectionCount() == 0)
                 #expect(Self.body(await send(pool, request(upstream.url + "/b"))) == Self.okBody)
                 #expect(upstream.counts.accepted == 2)
@@ -256,7 +256,7 @@ struct UpstreamPoolTests {
             try await withPool { pool in
                 let result = await send(pool, request(upstream.url + "/cut"))
                 #expect(Self.isUnreachable(result), "\(result)")
-                #expect(await eventually { await pool.connectionCount() == 0 })
+                #expect(await eventually(.seconds(60)) { await pool.connectionCount() == 0 })
             }
         }
     }
@@ -284,7 +284,7 @@ struct UpstreamPoolTests {
                 let elapsed = ContinuousClock.now - started
                 #expect(Self.isTimeout(result), "\(result)")
                 #expect(elapsed >= .milliseconds(450) && elapsed < .seconds(25), "took \(elapsed)")
-                #expect(await eventually { upstream.counts.open == 0 })
+                #expect(await eventually(.seconds(60)) { upstream.counts.open == 0 })
                 #expect(Self.body(await send(pool, request(upstream.url + "/fast"))) == Self.okBody)
             }
         }
@@ -295,7 +295,7 @@ struct UpstreamPoolTests {
         try await withUpstream(reply: { r in r.head.uri == "/hold" ? .silence : .send(body: Self.okBody) }) { upstream in
             try await withPool(maxConnections: 1) { pool in
                 let holder = Task { await send(pool, request(upstream.url + "/hold", timeout: .seconds(30))) }
-                #expect(await eventually { upstream.requests.count == 1 })
+                #expect(await eventually(.seconds(60)) { upstream.requests.count == 1 })
                 let started = ContinuousClock.now
                 let waiting = await send(pool, request(upstream.url + "/next", timeout: .milliseconds(300)))
                 let elapsed = ContinuousClock.now - started
@@ -306,7 +306,7 @@ struct UpstreamPoolTests {
                 holder.cancel()
                 #expect(Self.isUnreachable(await holder.value))
                 #expect(upstream.requests.map(\.head.uri) == ["/hold"])
-                #expect(await eventually { upstream.counts.open == 0 }, "the cancelled request's connection is closed")
+                #expect(await eventually(.seconds(60)) { upstream.counts.open == 0 }, "the cancelled request's connection is closed")
             }
         }
     }
