@@ -33,4 +33,14 @@ struct FieldListTests {
         #expect(FieldList.elements("a, ,b") == ["a", "", "b"])
         #expect(FieldList.elements("").isEmpty)
     }
+
+    @Test("white space is space and tab (RFC 9110 OWS); only ASCII letters are lowered")
+    func byteRules() {
+        #expect(FieldList.elements("\tclose \t,  Upgrade") == ["close", "upgrade"])
+        #expect(FieldList.elements(Substring("x-a, X-B")) == ["x-a", "x-b"])
+        // A token is ASCII: a no-break space is not trimmed, and the Kelvin sign is no `k`.
+        #expect(FieldList.elements("\u{A0}close") == ["\u{A0}close"])
+        #expect(FieldList.elements("\u{212A}eep-alive") != ["keep-alive"])
+        #expect(FieldList.elements("ÉTÉ") == ["ÉtÉ"])
+    }
 }

@@ -63,8 +63,12 @@ public struct CacheControl: Sendable, Equatable {
         switch b {
         case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"):
             return true
+        case UInt8(ascii: "!"), UInt8(ascii: "#"), UInt8(ascii: "$"), UInt8(ascii: "%"), UInt8(ascii: "&"), UInt8(ascii: "'"),
+             UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "^"), UInt8(ascii: "_"),
+             UInt8(ascii: "`"), UInt8(ascii: "|"), UInt8(ascii: "~"):
+            return true
         default:
-            return Array("!#$%&'*+-.^_`|~".utf8).contains(b)
+            return false
         }
     }
 
@@ -86,7 +90,7 @@ public struct CacheControl: Sendable, Equatable {
             let nameStart = i
             while i < bytes.count, isTokenByte(bytes[i]) { i += 1 }
             guard i > nameStart else { skipToComma(); continue }
-            let name = String(decoding: bytes[nameStart..<i], as: UTF8.self).lowercased()
+            let name = String(decoding: bytes[nameStart..<i].lazy.map(ASCIICase.lowered), as: UTF8.self)
             skipSpace()
             var value: String? = nil
             if i < bytes.count, bytes[i] == UInt8(ascii: "=") {

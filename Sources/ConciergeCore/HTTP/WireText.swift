@@ -27,6 +27,8 @@ public struct WireText: WireSink {
     }
 
     public mutating func put(_ text: String) {
+        // Native strings lend their bytes without a copy of the string; others are copied once.
+        if text.utf8.withContiguousStorageIfAvailable({ put(UnsafeRawBufferPointer($0)) }) != nil { return }
         var text = text
         text.withUTF8 { put(UnsafeRawBufferPointer($0)) }
     }

@@ -22,7 +22,7 @@ public enum CacheKey {
         let kept = excluding.isEmpty ? params : params.filter { !excluding.contains($0.name) }
         if !kept.isEmpty {
             key.append("?" as StaticString)
-            key.append(QueryString.keyCanonical(kept))
+            QueryString.writeKeyCanonical(kept, into: &key)
         }
         if let userID {
             key.append(" user=" as StaticString)

@@ -146,14 +146,35 @@ public enum QueryString {
     /// written form normalised only where RFC 3986 §6.2.2 calls two forms equivalent
     /// (``normalized(_:)``), so `%FF` and `%FE`, or two GBK words, stay apart.
     public static func keyCanonical<S: Sequence>(_ params: S) -> String where S.Element == Param {
-        let pairs = params.map { param -> (String, String) in
-            guard let wire = param.wire else { return (percentEncode(param.name), percentEncode(param.value)) }
-            guard let eq = wire.utf8.firstIndex(of: UInt8(ascii: "=")) else { return (normalized(wire[...]), "") }
-            return (normalized(wire[..<eq]), normalized(wire[wire.utf8.index(after: eq)...]))
-        }.sorted { a, b in
-            a.0 != b.0 ? a.0 < b.0 : a.1 < b.1
+        var out = TextBuilder(capacity: 64)
+        writeKeyCanonical(Array(params), into: &out)
+        return out.text
+    }
+
+    /// ``keyCanonical(_:)`` written straight into a key being built: no pair list joined into
+    /// a string of its own first. Every piece is ASCII (normalised or percent-encoded), where
+    /// String order is byte order.
+    static func writeKeyCanonical(_ params: [Param], into out: inout TextBuilder) {
+        var pairs: [(name: String, value: String)] = []
+        pairs.reserveCapacity(params.count)
+        for param in params {
+            if let wire = param.wire {
+                if let eq = wire.utf8.firstIndex(of: UInt8(ascii: "=")) {
+                    pairs.append((normalized(wire[..<eq]), normalized(wire[wire.utf8.index(after: eq)...])))
+                } else {
+                    pairs.append((normalized(wire[...]), ""))
+                }
+            } else {
+                pairs.append((percentEncode(param.name), percentEncode(param.value)))
+            }
         }
-        return joined(pairs)
+        if pairs.count > 1 { pairs.sort { a, b in a.name != b.name ? a.name < b.name : a.value < b.value } }
+        for index in pairs.indices {
+            if index > 0 { out.append("&" as StaticString) }
+            out.append(pairs[index].name)
+            out.append("=" as StaticString)
+            out.append(pairs[index].value)
+        }
     }
 
     /// RFC 3986 §6.2.2 normalisation of written text: hex digits of escapes upper-cased,
