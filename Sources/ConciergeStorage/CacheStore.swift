@@ -62,6 +62,13 @@ public final class CacheStore: Sendable {
         reader.hotLookup(key, now: reader.clock.now)
     }
 
+    /// Whether a ``lookup(_:)`` of `key` could find anything: an entry in the hot tier, or a
+    /// row the key index does not rule out (while the index loads, any key may have one).
+    /// Without I/O: `false` is a miss known on the event loop.
+    public func mayHaveEntry(_ key: String, now: Double) -> Bool {
+        reader.hotLookup(key, now: now) != nil || reader.index.mayHaveRow(KeyHash.of(key))
+    }
+
     /// Hot tier, then SQLite (promoting what it finds).
     nonisolated(nonsending) public func lookup(_ key: String) async -> CacheEntry? {
         await reader.lookup(key)

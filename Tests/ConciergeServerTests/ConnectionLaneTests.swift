@@ -1,4 +1,6 @@
 @testable import ConciergeServer
+import NIOCore
+import NIOEmbedded
 import Synchronization
 import Testing
 
@@ -101,5 +103,41 @@ struct ConnectionLaneTests {
         listener.queue.finish()
         listener.drain()
         #expect(listener.loopReturned.withLock { $0 })
+    }
+
+    @Test("the work loop returns only once every request answered on a loop has ended; none begins after finish")
+    func waitsForRequestsOnLoop() throws {
+        let listener = Listener()
+        let channel = EmbeddedChannel()
+        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
+        let first = try #require(listener.queue.beginOnLoop(channel))
+        let second = try #require(listener.queue.beginOnLoop(channel))
+        listener.queue.finish()
+        listener.drain()
+        #expect(listener.queue.beginOnLoop(channel) == nil, "no request begins on a loop once the queue is finished")
+        #expect(!listener.loopReturned.withLock { $0 }, "two requests on a loop are still running")
+        listener.queue.end(first)
+        listener.drain()
+        #expect(!listener.loopReturned.withLock { $0 }, "one is still running")
+        listener.queue.end(second)
+        listener.drain()
+        #expect(listener.loopReturned.withLock { $0 })
+        #expect(channel.isActive, "an ended request's connection stays open")
+    }
+
+    @Test("cancelled (grace period over), the work loop closes the connections of requests still running on a loop and returns")
+    func cancellationClosesRequestsOnLoop() throws {
+        let listener = Listener()
+        let channel = EmbeddedChannel()
+        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
+        let running = try #require(listener.queue.beginOnLoop(channel))
+        listener.queue.finish()
+        listener.drain()
+        #expect(!listener.loopReturned.withLock { $0 })
+        listener.loop.cancel()
+        listener.drain()
+        #expect(listener.loopReturned.withLock { $0 })
+        #expect(!channel.isActive, "its connection was closed")
+        listener.queue.end(running)  // the reply that comes later changes nothing
     }
 }

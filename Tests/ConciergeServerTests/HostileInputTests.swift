@@ -262,7 +262,7 @@ struct HostileInputTests {
     @Test("Expect: 100-continue is answered with 100 Continue before the body is sent")
     func expectContinue() async throws {
         try await ConciergeTestRig.with { rig in
-            let socket = try RawSocket(port: rig.proxyPort, timeout: .seconds(3))
+            let socket = try RawSocket(port: rig.proxyPort, timeout: .seconds(30))
             let started = ContinuousClock.now
             socket.send("POST /api/echo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
             let interim = await socket.receive { $0.contains("\r\n\r\n") }

@@ -87,6 +87,27 @@ struct ProcessTests {
         await api.shutdown()
     }
 
+    @Test("SIGTERM with a slow cacheable miss in flight (answered on its event loop, not as a task): it completes, is stored, and the process exits 0")
+    func gracefulShutdownMissOnLoop() async throws {
+        let api = try await SampleAPI.start()
+        let dir = try TempDir()
+        let config = DaemonProcess.config(dir: dir.path, apiPort: api.port)
+            .replacingOccurrences(of: "    match: GET /api/slow\n", with: "    match: GET /api/slow\n    cache: { ttl: 60s }\n")
+        #expect(config.contains("/api/slow\n    cache: { ttl: 60s }\nlimits"))
+        let daemon = try DaemonProcess.start(binary: Self.binary, config: config)
+        let ports = try await daemon.ports()
+        async let slow = ConciergeTestRig.send(.GET, "http://127.0.0.1:\(ports.proxy)/api/slow?ms=1500")
+        #expect(await eventually { api.state.lastRequest("/api/slow") != nil }, "the miss reached the upstream")
+        daemon.signal(SIGTERM)
+        let reply = try await slow
+        #expect(reply.status == 200)
+        #expect(reply.headers["X-Cache"] == ["MISS"])
+        #expect(reply.headers["Cache-Status"].first?.hasSuffix("; stored") == true)
+        #expect(reply.json?[path: "data.slept"] == .int(1500))
+        #expect(try await daemon.wait() == 0)
+        await api.shutdown()
+    }
+
     @Test("SIGHUP reloads a valid config and keeps the old one on an invalid file")
     func sighupReload() async throws {
         let api = try await SampleAPI.start()

@@ -11,28 +11,61 @@ struct EnvelopeSuccess: Sendable {
     let stats: ProxyStats
     let logger: Logger
 
-    nonisolated(nonsending) func finish(_ upstreamAnswer: ProxyAnswer, response: UpstreamResponse, json: JSONValue?, captured: TokenReply?,
-                capture: ConciergeConfig.Capture?, _ p: PreparedRequest, _ attempt: UpstreamExchange.Attempt) async -> UpstreamExchange.Result {
+    /// A success whose capture or `invalidates` is still to run.
+    struct Pending: Sendable {
+        var answer: ProxyAnswer
+        let response: UpstreamResponse
+        let json: JSONValue
+        let captured: TokenReply?
+        let capture: ConciergeConfig.Capture?
+        let p: PreparedRequest
+    }
+
+    /// A success as far as it goes without waiting.
+    enum Settled: Sendable {
+        case done(UpstreamExchange.Result)
+        case waits(Pending)
+    }
+
+    /// Validates; then the result, unless a capture or `invalidates` is still to run (``finish(_:)``).
+    func settle(_ upstreamAnswer: ProxyAnswer, response: UpstreamResponse, json: JSONValue?, captured: TokenReply?,
+                capture: ConciergeConfig.Capture?, _ p: PreparedRequest, _ attempt: UpstreamExchange.Attempt) -> Settled {
         // A success code was read from the body, so it is JSON.
-        guard let json else { return .failure(attempt.answer(LocalReplies.unavailable(p.config), p)) }
+        guard let json else { return .done(.failure(attempt.answer(LocalReplies.unavailable(p.config), p))) }
         if let problem = ResponseValidator(rules: p.endpoint.validate).problem(in: json) {
             logger.warning("reply failed validation", metadata: ["endpoint": "\(p.endpoint.name)", "problem": "\(problem)"])
-            return .failure(attempt.answer(LocalReplies.invalid(p.config, problem: problem), p))
+            return .done(.failure(attempt.answer(LocalReplies.invalid(p.config, problem: problem), p)))
         }
         var answer = upstreamAnswer
         answer.report.succeeded = true
-        var storedBody = response.body
-        if let capture {
-            await lifecycle.login(captured, from: json, capture: capture, limit: p.config.settings.session.maxRefreshes)
+        if capture != nil || !p.endpoint.invalidates.isEmpty {
+            return .waits(Pending(answer: answer, response: response, json: json, captured: captured, capture: capture, p: p))
+        }
+        return .done(Self.completed(answer, storedBody: response.body, response: response, p))
+    }
+
+    /// Capture the session (login endpoint), run `invalidates`, then the result.
+    nonisolated(nonsending) func finish(_ pending: Pending) async -> UpstreamExchange.Result {
+        var answer = pending.answer
+        var storedBody = pending.response.body
+        let p = pending.p
+        if let capture = pending.capture {
+            await lifecycle.login(pending.captured, from: pending.json, capture: capture, limit: p.config.settings.session.maxRefreshes)
             if capture.redact {
                 // The client never holds the captured tokens (token-handler pattern).
-                var redacted = json.removing(path: capture.accessToken)
+                var redacted = pending.json.removing(path: capture.accessToken)
                 if let refreshPath = capture.refreshToken { redacted = redacted.removing(path: refreshPath) }
                 storedBody = ByteBuffer(bytes: redacted.serializedBytes)
                 answer.reply.body = .buffer(storedBody)
             }
         }
         if !p.endpoint.invalidates.isEmpty { await invalidate(for: p.endpoint) }
+        return Self.completed(answer, storedBody: storedBody, response: pending.response, p)
+    }
+
+    /// What may be stored, then `unwrap`.
+    private static func completed(_ answer: ProxyAnswer, storedBody: ByteBuffer, response: UpstreamResponse, _ p: PreparedRequest) -> UpstreamExchange.Result {
+        var answer = answer
         let storable = UpstreamExchange.noStore(response.headers) ? nil
             : Storable(status: response.status, headers: UpstreamExchange.storedHeaders(answer.reply.headers), body: storedBody)
         if let unwrap = p.endpoint.unwrap, !LocalReplies.unwrap(&answer.reply, path: unwrap, config: p.config) {

@@ -2,7 +2,8 @@ import Synchronization
 
 /// Concurrent misses on one key make one upstream call; the others wait for its result
 /// (coalescing). The first caller does the work inline (no extra task); callers that
-/// arrive while it runs are parked and handed the same result.
+/// arrive while it runs are parked and handed the same result. A miss answered by callbacks
+/// on an event loop leads with ``lead(_:)`` and ends with ``hand(_:_:)``.
 ///
 /// - Important: a leader cancelled mid-call (a `fail_fast` batch) hands its cancelled
 ///   result to the waiters too.
@@ -11,12 +12,7 @@ final class MissCoalescer<Result: Sendable>: Sendable {
 
     nonisolated(nonsending) func run(key: String, _ work: nonisolated(nonsending) @Sendable () async -> Result) async -> Result {
         // The usual case, no one on this key: lead without suspending.
-        let leads = waiters.withLock { map -> Bool in
-            guard map[key] == nil else { return false }
-            map[key] = []
-            return true
-        }
-        if !leads {
+        if !lead(key) {
             let shared: Result? = await withCheckedContinuation { continuation in
                 let joined = waiters.withLock { map -> Bool in
                     guard map[key] != nil else {
@@ -32,8 +28,25 @@ final class MissCoalescer<Result: Sendable>: Sendable {
             if let shared { return shared }
         }
         let result = await work()
+        hand(key, result)
+        return result
+    }
+
+    /// Leads `key` without waiting; `false` when another request is fetching it.
+    func lead(_ key: String) -> Bool {
+        waiters.withLock { map -> Bool in
+            guard map[key] == nil else { return false }
+            map[key] = []
+            return true
+        }
+    }
+
+    /// The requests waiting on `key` (for tests).
+    func waiting(on key: String) -> Int { waiters.withLock { $0[key]?.count ?? 0 } }
+
+    /// Ends a lead: the requests waiting on `key` get `result` (`nil`: each fetches on its own).
+    func hand(_ key: String, _ result: Result?) {
         let parked = waiters.withLock { $0.removeValue(forKey: key) ?? [] }
         for waiter in parked { waiter.resume(returning: result) }
-        return result
     }
 }

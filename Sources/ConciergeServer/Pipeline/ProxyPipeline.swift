@@ -124,7 +124,12 @@ public final class ProxyPipeline: Sendable {
 
     nonisolated(nonsending) private func fetchAndStore(_ p: PreparedRequest, key: String) async -> Fetched {
         let seen = shared?.appliedSeq
-        let result = await exchange.run(p)
+        return store(await exchange.run(p), p, key: key, sharedSeen: seen)
+    }
+
+    /// Step 8: an exchange's result, stored when it may be (`sharedSeen`: the fleet's applied
+    /// invalidation number when the exchange began, with a shared cache).
+    func store(_ result: UpstreamExchange.Result, _ p: PreparedRequest, key: String, sharedSeen seen: Int64?) -> Fetched {
         guard case .success(_, let storable?) = result else { return Fetched(result: result, stored: false) }
         let policy = p.endpoint.cache
         var entry = CacheEntry(key: key, endpoint: p.endpoint.name, userID: p.scope.userID, status: storable.status,
@@ -146,7 +151,7 @@ public final class ProxyPipeline: Sendable {
         return tags.evaluate(path: p.request.path, params: params, json: json, headerValues: storable.headerTags)
     }
 
-    private func withCacheHeaders(_ fetched: Fetched, _ status: CacheStatus, cacheStatus: String) -> ProxyAnswer {
+    func withCacheHeaders(_ fetched: Fetched, _ status: CacheStatus, cacheStatus: String) -> ProxyAnswer {
         Self.withStatus(fetched.result.answer, status, cacheStatus + (fetched.stored ? "; stored" : ""))
     }
 

@@ -41,6 +41,17 @@ enum TokenBeforeSending {
         }
     }
 
+    /// The token to send when no wait is needed (it is there and needs no renewal before
+    /// sending); `nil` when ``decide(_:refresher:session:)`` must run. Reads as `decide` does.
+    static func withoutWaiting(_ p: PreparedRequest, refresher: TokenRefresher, session current: SessionTokens?) -> String? {
+        guard let token = p.token else { return nil }
+        let config = p.config.settings
+        guard let current, current.accessToken == token, config.session.tokenEndpoint != nil,
+              current.needsRenewal(at: refresher.clock.date, ahead: config.session.refreshAhead)
+        else { return token }
+        return nil
+    }
+
     private static func notLoggedIn(_ p: PreparedRequest) -> Decision {
         let (reply, code) = LocalReplies.notLoggedIn(p.config)
         return .answer(reply, code)

@@ -60,9 +60,23 @@ struct UpstreamExchange: Sendable {
     }
 
     /// Where one upstream reply leads.
-    private enum Step: Sendable {
+    enum Step: Sendable {
         case replay(String)
         case done(Result)
+    }
+
+    /// What one upstream reply calls for, decided without waiting: the step, or what must be
+    /// awaited before it (``follow(_:_:_:)``).
+    enum Verdict: Sendable {
+        case step(Step)
+        /// An expiry signal on a request that carried `stale`: renew, then replay.
+        case renew(stale: String, upstreamAnswer: ProxyAnswer)
+        /// A logout code: the session ends, and the reply is passed on.
+        case logout(reason: JSONValue, upstreamAnswer: ProxyAnswer)
+        /// A warning code with actions; the reply is passed on.
+        case warn(code: Int, actions: Set<ConciergeConfig.WarningAction>, json: JSONValue?, upstreamAnswer: ProxyAnswer)
+        /// A success whose capture or `invalidates` is still to run (``EnvelopeSuccess``).
+        case finishSuccess(EnvelopeSuccess.Pending)
     }
 
     nonisolated(nonsending) func run(_ p: PreparedRequest) async -> Result {
@@ -73,22 +87,22 @@ struct UpstreamExchange: Sendable {
             case .answer(let reply, let code): return .failure(attempt.answer(reply, p, code: code))
             }
         }
+        return await exchange(p, attempt)
+    }
+
+    /// Sends, judges, and renews and replays until a result.
+    nonisolated(nonsending) private func exchange(_ p: PreparedRequest, _ attempt: Attempt) async -> Result {
+        var attempt = attempt
         while true {
-            var request = UpstreamRequestBuilder.build(p, token: attempt.token, logger: logger)
-            UpstreamRequestBuilder.askForIdentity(&request)
+            let request = request(p, attempt)
             let started = ContinuousClock.now
             let response: UpstreamResponse
             do {
                 response = try await transport.send(request, maxBody: p.config.settings.limits.maxBodyBytes)
             } catch {
-                let elapsed = ContinuousClock.now - started
-                attempt.upstreamTime += elapsed
-                return unreachable(error, p, attempt, elapsed: elapsed)
+                return unreachable(error, p, &attempt, elapsed: ContinuousClock.now - started)
             }
-            let elapsed = ContinuousClock.now - started
-            attempt.upstreamTime += elapsed
-            stats.recordUpstream(duration: elapsed)
-            health.mark(p.upstream.name, down: false)
+            received(p, &attempt, elapsed: ContinuousClock.now - started)
             switch await judge(response, p, attempt) {
             case .replay(let fresh):
                 attempt.token = fresh
@@ -99,7 +113,21 @@ struct UpstreamExchange: Sendable {
         }
     }
 
-    private func unreachable(_ error: UpstreamFailure, _ p: PreparedRequest, _ attempt: Attempt, elapsed: Duration) -> Result {
+    /// The upstream request of this attempt: token injected, signed, identity asked for.
+    func request(_ p: PreparedRequest, _ attempt: Attempt) -> UpstreamRequest {
+        var request = UpstreamRequestBuilder.build(p, token: attempt.token, logger: logger)
+        UpstreamRequestBuilder.askForIdentity(&request)
+        return request
+    }
+
+    private func received(_ p: PreparedRequest, _ attempt: inout Attempt, elapsed: Duration) {
+        attempt.upstreamTime += elapsed
+        stats.recordUpstream(duration: elapsed)
+        health.mark(p.upstream.name, down: false)
+    }
+
+    private func unreachable(_ error: UpstreamFailure, _ p: PreparedRequest, _ attempt: inout Attempt, elapsed: Duration) -> Result {
+        attempt.upstreamTime += elapsed
         stats.recordUpstream(duration: elapsed)
         stats.increment(.upstreamErrors)
         health.mark(p.upstream.name, down: true)
@@ -109,28 +137,103 @@ struct UpstreamExchange: Sendable {
         return .upstreamDown(attempt.answer(LocalReplies.unavailable(p.config, status: status), p))
     }
 
-    /// Step 6 for one upstream reply. The endpoint's `cache.tags_header` is taken out first: the
-    /// client never sees it, and a stored reply carries its values as tags.
+    // MARK: The first attempt on an event loop
+
+    /// The first attempt's token when it needs no wait (no renewal before sending); `nil`
+    /// when it does (the exchange then runs as ``run(_:)``).
+    func firstAttemptWithoutWaiting(_ p: PreparedRequest) -> Attempt? {
+        guard p.injects else { return Attempt(token: p.token) }
+        guard let token = TokenBeforeSending.withoutWaiting(p, refresher: refresher, session: lifecycle.session.current) else { return nil }
+        return Attempt(token: token)
+    }
+
+    /// How the first reply of an exchange started on an event loop ends: a result, or a
+    /// verdict that needs a wait (``resume(after:headerTags:_:_:)``, in a task).
+    enum FirstReply: Sendable {
+        case done(Result)
+        case waits(Verdict, headerTags: [String]?, Attempt)
+    }
+
+    /// The first reply (or failure) of an exchange started on an event loop, judged there.
+    func judgeFirst(_ outcome: Swift.Result<UpstreamResponse, any Error>, _ p: PreparedRequest, _ attempt: Attempt,
+                    elapsed: Duration) -> FirstReply {
+        var attempt = attempt
+        switch outcome {
+        case .failure(let error):
+            return .done(unreachable((error as? UpstreamFailure) ?? .unreachable("\(error)"), p, &attempt, elapsed: elapsed))
+        case .success(let response):
+            received(p, &attempt, elapsed: elapsed)
+            let (verdict, tags) = verdict(response, p, attempt)
+            if case .step(.done(let result)) = verdict, case .done(let tagged) = Self.tagged(.done(result), tags) { return .done(tagged) }
+            return .waits(verdict, headerTags: tags, attempt)
+        }
+    }
+
+    /// The rest of an exchange whose first reply, judged on the event loop, needs a wait.
+    nonisolated(nonsending) func resume(after verdict: Verdict, headerTags: [String]?, _ p: PreparedRequest, _ attempt: Attempt) async -> Result {
+        switch Self.tagged(await follow(verdict, p, attempt), headerTags) {
+        case .done(let result):
+            return result
+        case .replay(let fresh):
+            var attempt = attempt
+            attempt.token = fresh
+            attempt.replays += 1
+            return await exchange(p, attempt)
+        }
+    }
+
+    // MARK: Judging a reply
+
+    /// Step 6 for one upstream reply.
     nonisolated(nonsending) private func judge(_ response: UpstreamResponse, _ p: PreparedRequest, _ attempt: Attempt) async -> Step {
+        let (verdict, tags) = verdict(response, p, attempt)
+        return Self.tagged(await follow(verdict, p, attempt), tags)
+    }
+
+    /// What a verdict waits for, then its step.
+    nonisolated(nonsending) private func follow(_ verdict: Verdict, _ p: PreparedRequest, _ attempt: Attempt) async -> Step {
+        switch verdict {
+        case .step(let step):
+            return step
+        case .renew(let stale, let upstreamAnswer):
+            return await renew(p, replacing: stale, attempt, upstreamAnswer: upstreamAnswer)
+        case .logout(let reason, let upstreamAnswer):
+            await lifecycle.logout(ifAccessToken: attempt.token, reason: reason)
+            return .done(.failure(upstreamAnswer))
+        case .warn(let code, let actions, let json, let upstreamAnswer):
+            await warn(code: code, actions: actions, json: json, p, token: attempt.token)
+            return .done(.failure(upstreamAnswer))
+        case .finishSuccess(let pending):
+            return .done(await success.finish(pending))
+        }
+    }
+
+    /// The verdict on one reply. The endpoint's `cache.tags_header` is taken out first: the
+    /// client never sees it, and a stored reply carries its values as tags (``tagged(_:_:)``).
+    func verdict(_ response: UpstreamResponse, _ p: PreparedRequest, _ attempt: Attempt) -> (Verdict, headerTags: [String]?) {
         guard let tagsHeader = p.endpoint.cache.tags.header, response.headers.contains(name: tagsHeader) else {
-            return await judgeReply(response, p, attempt)
+            return (verdictOfReply(response, p, attempt), nil)
         }
         var response = response
         let values = response.headers[tagsHeader]
         response.headers.remove(name: tagsHeader)
-        let step = await judgeReply(response, p, attempt)
-        guard case .done(.success(let answer, var storable?)) = step else { return step }
-        storable.headerTags = values
+        return (verdictOfReply(response, p, attempt), values)
+    }
+
+    /// A stored reply's tags from the `tags_header` values.
+    static func tagged(_ step: Step, _ headerTags: [String]?) -> Step {
+        guard let headerTags, case .done(.success(let answer, var storable?)) = step else { return step }
+        storable.headerTags = headerTags
         return .done(.success(answer, storable: storable))
     }
 
     /// The envelope, then renew-and-replay, logout or success.
-    nonisolated(nonsending) private func judgeReply(_ response: UpstreamResponse, _ p: PreparedRequest, _ attempt: Attempt) async -> Step {
+    private func verdictOfReply(_ response: UpstreamResponse, _ p: PreparedRequest, _ attempt: Attempt) -> Verdict {
         let headers = HopByHopFields.endToEnd(response.headers, dropping: Self.replacedInReplies)
         var upstreamAnswer = attempt.answer(ProxyReply(status: response.status, headers: headers, body: .buffer(response.body)), p)
         if let stale = attempt.token, p.config.settings.session.refreshOnStatus.contains(response.status) {
             // An expiry signal by HTTP status (OAuth2's 401): renew and replay.
-            return await renew(p, replacing: stale, attempt, upstreamAnswer: upstreamAnswer)
+            return .renew(stale: stale, upstreamAnswer: upstreamAnswer)
         }
         if p.endpoint.httpCaching, !p.endpoint.envelope {
             // HTTP caching without an envelope: the cache judges every status by RFC 9111
@@ -138,34 +241,34 @@ struct UpstreamExchange: Sendable {
             // for (RFC 5861 `stale-if-error`), unless it gives its own freshness (then it may
             // be stored like any reply).
             if [500, 502, 503, 504].contains(response.status), !HTTPCaching.hasExplicitFreshness(headers) {
-                return .done(.upstreamDown(upstreamAnswer))
+                return .step(.done(.upstreamDown(upstreamAnswer)))
             }
             upstreamAnswer.report.succeeded = response.status < 400
-            return .done(.success(upstreamAnswer, storable: Storable(status: response.status,
-                                                                     headers: Self.storedHeaders(headers, keepingCookies: true),
-                                                                     body: response.body)))
+            return .step(.done(.success(upstreamAnswer, storable: Storable(status: response.status,
+                                                                           headers: Self.storedHeaders(headers, keepingCookies: true),
+                                                                           body: response.body))))
         }
         guard p.endpoint.envelope else {
             // Non-JSON but cacheable: HTTP 2xx is the success.
-            guard (200..<300).contains(response.status) else { return .done(.failure(upstreamAnswer)) }
+            guard (200..<300).contains(response.status) else { return .step(.done(.failure(upstreamAnswer))) }
             upstreamAnswer.report.succeeded = true
             let storable = Self.storableStatuses.contains(response.status) && !Self.noStore(response.headers)
                 && Self.servesEveryClient(response.headers)
-            return .done(.success(upstreamAnswer, storable: storable ? Storable(status: response.status, headers: Self.storedHeaders(headers),
-                                                                                   body: response.body) : nil))
+            return .step(.done(.success(upstreamAnswer, storable: storable ? Storable(status: response.status, headers: Self.storedHeaders(headers),
+                                                                                         body: response.body) : nil)))
         }
         if response.status >= 500 {
             stats.increment(.upstreamErrors)
             logger.warning("upstream answered an HTTP error", metadata: ["endpoint": "\(p.endpoint.name)", "status": "\(response.status)"])
-            return .done(.upstreamDown(attempt.answer(LocalReplies.unavailable(p.config), p)))
+            return .step(.done(.upstreamDown(attempt.answer(LocalReplies.unavailable(p.config), p))))
         }
-        return await readEnvelope(response, upstreamAnswer, p, attempt)
+        return verdictOfEnvelope(response, upstreamAnswer, p, attempt)
     }
 
     /// The envelope: the business code decides; the whole tree is parsed only when a later step
     /// reads it, else a scan finds just the code.
-    nonisolated(nonsending) private func readEnvelope(_ response: UpstreamResponse, _ upstreamAnswer: ProxyAnswer, _ p: PreparedRequest,
-                              _ attempt: Attempt) async -> Step {
+    private func verdictOfEnvelope(_ response: UpstreamResponse, _ upstreamAnswer: ProxyAnswer, _ p: PreparedRequest,
+                                   _ attempt: Attempt) -> Verdict {
         var upstreamAnswer = upstreamAnswer
         let config = p.config.settings
         let capture = config.session.capture.flatMap { $0.endpoint == p.endpoint.name && config.session.kind == .user ? $0 : nil }
@@ -187,24 +290,26 @@ struct UpstreamExchange: Sendable {
         switch outcome {
         case .notJSON where (400..<500).contains(response.status):
             // An HTTP error without a JSON body (a bare 401/404): passed on as a failure.
-            return .done(.failure(upstreamAnswer))
+            return .step(.done(.failure(upstreamAnswer)))
         case .notJSON:
             logger.warning("upstream reply is not JSON", metadata: ["endpoint": "\(p.endpoint.name)", "status": "\(response.status)",
                                                                     "bytes": "\(response.body.readableBytes)"])
-            return .done(.failure(attempt.answer(LocalReplies.unavailable(p.config), p)))
+            return .step(.done(.failure(attempt.answer(LocalReplies.unavailable(p.config), p))))
         case .refresh:
-            guard let stale = attempt.token else { return .done(.failure(upstreamAnswer)) }
-            return await renew(p, replacing: stale, attempt, upstreamAnswer: upstreamAnswer)
+            guard let stale = attempt.token else { return .step(.done(.failure(upstreamAnswer))) }
+            return .renew(stale: stale, upstreamAnswer: upstreamAnswer)
         case .logout(let code):
-            await lifecycle.logout(ifAccessToken: attempt.token, reason: code.jsonValue)
-            return .done(.failure(upstreamAnswer))
+            return .logout(reason: code.jsonValue, upstreamAnswer: upstreamAnswer)
         case .failure(let code):
             if let code = code?.number, let actions = config.envelope.warningCodes[code] {
-                await warn(code: code, actions: actions, json: json, p, token: attempt.token)
+                return .warn(code: code, actions: actions, json: json, upstreamAnswer: upstreamAnswer)
             }
-            return .done(.failure(upstreamAnswer))
+            return .step(.done(.failure(upstreamAnswer)))
         case .success:
-            return .done(await success.finish(upstreamAnswer, response: response, json: json, captured: captured, capture: capture, p, attempt))
+            switch success.settle(upstreamAnswer, response: response, json: json, captured: captured, capture: capture, p, attempt) {
+            case .done(let result): return .step(.done(result))
+            case .waits(let pending): return .finishSuccess(pending)
+            }
         }
     }
 
@@ -277,9 +382,7 @@ struct UpstreamExchange: Sendable {
     /// `Accept-Encoding` (the stored body is identity, which every client takes). The cache
     /// key has no room for other variants, so those replies are not stored.
     static func servesEveryClient(_ headers: HTTPHeaders) -> Bool {
-        if headers["content-encoding"].contains(where: { !$0.trimmingCharacters(in: .whitespaces).lowercased().elementsEqual("identity") }) {
-            return false
-        }
+        for value in headers["content-encoding"] where FieldList.elements(value) != ["identity"] { return false }
         for value in headers["vary"] {
             if FieldList.elements(value).contains(where: { $0 != "accept-encoding" }) { return false }
         }

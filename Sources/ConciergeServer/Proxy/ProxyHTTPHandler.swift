@@ -205,6 +205,7 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
                 writeEncoded(hit, to: request, incoming, context: context)
                 return
             case .prepared(let preparation):
+                if answerOnLoop(preparation, to: request, incoming, context: context) { return }
                 prepared = preparation
             case nil:
                 break
@@ -217,6 +218,30 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
             incoming.body = .stream(stream, length: length)
             submit(request, incoming, prepared: nil, bodyOutcome: outcome, context: context)
         }
+    }
+
+    /// The usual miss as callbacks on this loop (``ProxyResponder/missOnLoop(_:on:)``), its
+    /// reply written as a fast answer is; whether it was taken (else the request becomes work).
+    private func answerOnLoop(_ preparation: ProxyPipeline.Preparation, to request: ProxyConnectionStateMachine.Request,
+                              _ incoming: IncomingRequest, context: ChannelHandlerContext) -> Bool {
+        guard let registered = requests.beginOnLoop(context.channel) else { return false }
+        guard let answer = responder.missOnLoop(preparation, on: context.eventLoop) else {
+            requests.end(registered)
+            return false
+        }
+        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        let requests = self.requests
+        answer.whenComplete { outcome in
+            let (handler, context) = loopBound.value
+            if case .success(let answer) = outcome, case .buffer = answer.reply.body {
+                handler.replySynchronously(answer, to: request, incoming, context: context)
+            } else {
+                // Not expected: the answer never fails and is always buffered.
+                context.close(promise: nil)
+            }
+            requests.end(registered)
+        }
+        return true
     }
 
     private func replySynchronously(_ answer: ProxyAnswer, to request: ProxyConnectionStateMachine.Request, _ incoming: IncomingRequest,

@@ -17,6 +17,10 @@ protocol ProxyResponder: Sendable {
     /// `encoded`: the connection can take a hit as ready HTTP/1.1 bytes.
     func fastPath(_ incoming: IncomingRequest, encoded: Bool) -> ProxyPipeline.FastPath?
 
+    /// The usual miss answered by callbacks on `eventLoop` (``ProxyPipeline/missOnLoop(_:on:)``),
+    /// for a request the fast path prepared; `nil` when it needs ``handle(_:prepared:)``.
+    func missOnLoop(_ preparation: ProxyPipeline.Preparation, on eventLoop: any EventLoop) -> EventLoopFuture<ProxyAnswer>?
+
     /// The reply, from the pipeline or Concierge's own routes (`prepared` when the fast path
     /// already prepared the request).
     nonisolated(nonsending) func handle(_ incoming: IncomingRequest, prepared: ProxyPipeline.Preparation?) async -> ProxyAnswer
@@ -31,4 +35,9 @@ protocol ProxyResponder: Sendable {
 
     /// Counts a finished request in the metrics and writes its log line.
     func log(_ incoming: IncomingRequest, _ answer: ProxyAnswer, started: ContinuousClock.Instant)
+}
+
+extension ProxyResponder {
+    /// A responder without a pipeline of its own (a test's stub) answers every miss in a task.
+    func missOnLoop(_ preparation: ProxyPipeline.Preparation, on eventLoop: any EventLoop) -> EventLoopFuture<ProxyAnswer>? { nil }
 }

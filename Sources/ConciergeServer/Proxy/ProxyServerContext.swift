@@ -37,6 +37,10 @@ final class ProxyServerContext: ProxyResponder {
         return pipeline.fastPath(incoming, encoded: encoded)
     }
 
+    func missOnLoop(_ preparation: ProxyPipeline.Preparation, on eventLoop: any EventLoop) -> EventLoopFuture<ProxyAnswer>? {
+        pipeline.missOnLoop(preparation, on: eventLoop)
+    }
+
     nonisolated(nonsending) func handle(_ incoming: IncomingRequest, prepared: ProxyPipeline.Preparation? = nil) async -> ProxyAnswer {
         if incoming.target.hasPrefix(ConciergeRoutes.prefix) {
             return await ownRoutes.handle(incoming)

@@ -1,3 +1,4 @@
+import NIOCore
 import Synchronization
 
 /// One request's asynchronous work: the pipeline call and the writing of the whole reply,
@@ -20,13 +21,24 @@ struct RequestWorkQueue: Sendable {
     private let continuation: AsyncStream<RequestWork>.Continuation
     private let lanes: Registry
 
-    /// The open lanes, finished together at shutdown.
+    /// The open lanes, finished together at shutdown, and the requests answered on their
+    /// connections' loops (``beginOnLoop(_:)``).
     private final class Registry: Sendable {
         struct State {
             var finished = false
             var open: [ObjectIdentifier: ConnectionLane] = [:]
+            var onLoop: [UInt64: any Channel] = [:]
+            var nextOnLoop: UInt64 = 0
+            /// ``run()`` waiting for the last request on a loop; set `cancelled` closes them.
+            var drained: CheckedContinuation<Void, Never>?
+            var cancelled = false
         }
         let state = Mutex(State())
+    }
+
+    /// A request answered by callbacks on its connection's event loop, not as work here.
+    struct OnLoopRequest: Sendable {
+        fileprivate let id: UInt64
     }
 
     init() {
@@ -63,6 +75,29 @@ struct RequestWorkQueue: Sendable {
         return lane
     }
 
+    /// Registers a request answered by callbacks on `channel`'s event loop, so that ``run()``
+    /// waits for its reply as for the work of a lane (and closes `channel` when the grace
+    /// period is over); `nil` once the queue is finished. End it with ``end(_:)``.
+    func beginOnLoop(_ channel: any Channel) -> OnLoopRequest? {
+        lanes.state.withLock { state in
+            guard !state.finished else { return nil }
+            state.nextOnLoop &+= 1
+            state.onLoop[state.nextOnLoop] = channel
+            return OnLoopRequest(id: state.nextOnLoop)
+        }
+    }
+
+    /// The request's reply is written.
+    func end(_ request: OnLoopRequest) {
+        let drained = lanes.state.withLock { state -> CheckedContinuation<Void, Never>? in
+            state.onLoop.removeValue(forKey: request.id)
+            guard state.onLoop.isEmpty else { return nil }
+            defer { state.drained = nil }
+            return state.drained
+        }
+        drained?.resume()
+    }
+
     /// Lanes whose task has not ended yet.
     var openLanes: Int { lanes.state.withLock { $0.open.count } }
 
@@ -85,6 +120,31 @@ struct RequestWorkQueue: Sendable {
             for await work in stream {
                 group.addTask(executorPreference: work.executor) { await work.run() }
             }
+        }
+        await requestsOnLoopEnded()
+    }
+
+    /// Once the queue is finished: until no request on a loop is left; cancelled, closes their
+    /// connections (as cancelled work closes its own) and returns.
+    private func requestsOnLoopEnded() async {
+        let lanes = self.lanes
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let waits = lanes.state.withLock { state -> Bool in
+                    guard !state.cancelled, !state.onLoop.isEmpty else { return false }
+                    state.drained = continuation
+                    return true
+                }
+                if !waits { continuation.resume() }
+            }
+        } onCancel: {
+            let (channels, drained) = lanes.state.withLock { state -> ([any Channel], CheckedContinuation<Void, Never>?) in
+                state.cancelled = true
+                defer { state.drained = nil }
+                return (Array(state.onLoop.values), state.drained)
+            }
+            for channel in channels { channel.close(promise: nil) }
+            drained?.resume()
         }
     }
 }

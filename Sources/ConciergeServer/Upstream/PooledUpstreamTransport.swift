@@ -28,6 +28,11 @@ public final class PooledUpstreamTransport: UpstreamTransport {
         return try await pool.send(request, maxBody: maxBody, caFile: caFile(for: request.url))
     }
 
+    public func start(_ request: UpstreamRequest, maxBody: Int, on eventLoop: any EventLoop) -> EventLoopFuture<UpstreamResponse>? {
+        if case .stream = request.body { return nil }
+        return pool.start(request, maxBody: maxBody, caFile: caFile(for: request.url), on: eventLoop)
+    }
+
     public func stream(_ request: UpstreamRequest) async throws(UpstreamFailure) -> StreamedUpstreamReply {
         try await client.stream(request, tlsConfiguration: tlsConfiguration(for: request.url))
     }

@@ -70,6 +70,42 @@ public final class UpstreamConnectionPool: Sendable {
     ///
     /// - Parameter caFile: the PEM file trusted for an https origin instead of the system store.
     nonisolated(nonsending) public func send(_ request: UpstreamRequest, maxBody: Int, caFile: String? = nil) async throws(UpstreamFailure) -> UpstreamResponse {
+        let (loop, exchange) = try prepare(request, maxBody: maxBody, caFile: caFile, loop: chooseLoop())
+        do {
+            return try await withTaskCancellationHandler {
+                if loop.eventLoop.inEventLoop {
+                    loop.pool.value.start(exchange)
+                } else {
+                    loop.eventLoop.execute { loop.pool.value.start(exchange) }
+                }
+                return try await exchange.promise.futureResult.get()
+            } onCancel: {
+                exchange.cancellation.set()
+                loop.eventLoop.execute { loop.pool.value.giveUp(exchange.id, .unreachable("cancelled")) }
+            }
+        } catch {
+            throw (error as? UpstreamFailure) ?? .unreachable("\(error)")
+        }
+    }
+
+    /// ``send(_:maxBody:caFile:)`` without a task, for a caller on `eventLoop` (one of the
+    /// group's): the exchange starts on that loop's pool at once, and its reply (or an
+    /// ``UpstreamFailure``) completes the future there. `nil` when `eventLoop` is not one of the
+    /// group's or the caller is not on it; a request the pool cannot send fails the future.
+    public func start(_ request: UpstreamRequest, maxBody: Int, caFile: String? = nil,
+                      on eventLoop: any EventLoop) -> EventLoopFuture<UpstreamResponse>? {
+        guard eventLoop.inEventLoop, let loop = loops.first(where: { $0.eventLoop === eventLoop }) else { return nil }
+        do {
+            let (_, exchange) = try prepare(request, maxBody: maxBody, caFile: caFile, loop: loop)
+            loop.pool.value.start(exchange)
+            return exchange.promise.futureResult
+        } catch {
+            return eventLoop.makeFailedFuture(error)
+        }
+    }
+
+    /// The exchange for `request` on `loop`'s pool, or why it cannot be sent.
+    private func prepare(_ request: UpstreamRequest, maxBody: Int, caFile: String?, loop: Loop) throws(UpstreamFailure) -> (Loop, PendingExchange) {
         guard let (origin, target) = origins.parse(request.url, caFile: caFile) else {
             throw .unreachable("not an http:// or https:// URL: \(request.url)")
         }
@@ -86,26 +122,11 @@ public final class UpstreamConnectionPool: Sendable {
         } catch {
             throw .unreachable("request not sent: \(error)")
         }
-        let loop = chooseLoop()
         let exchange = PendingExchange(
             id: nextRequest.wrappingAdd(1, ordering: .relaxed).oldValue, origin: origin, request: wire,
             maxBody: maxBody, deadline: request.deadline,
             promise: loop.eventLoop.makePromise(), cancellation: CancellationFlag())
-        do {
-            return try await withTaskCancellationHandler {
-                if loop.eventLoop.inEventLoop {
-                    loop.pool.value.start(exchange)
-                } else {
-                    loop.eventLoop.execute { loop.pool.value.start(exchange) }
-                }
-                return try await exchange.promise.futureResult.get()
-            } onCancel: {
-                exchange.cancellation.set()
-                loop.eventLoop.execute { loop.pool.value.giveUp(exchange.id, .unreachable("cancelled")) }
-            }
-        } catch {
-            throw (error as? UpstreamFailure) ?? .unreachable("\(error)")
-        }
+        return (loop, exchange)
     }
 
     /// Open connections (idle, busy or opening) over every loop and origin.

@@ -1,3 +1,5 @@
+import NIOCore
+
 /// How requests reach an upstream: the seam between the request path and the network.
 /// ``PooledUpstreamTransport`` is the daemon's (its own connection pool for buffered
 /// exchanges, ``UpstreamClient`` for streamed ones); unit tests script replies through their own.
@@ -9,6 +11,15 @@ public protocol UpstreamTransport: Sendable {
     /// Sends a request and hands back the reply with its body still streaming; the body ends
     /// with ``UpstreamFailure/timeout`` at `request.deadline`.
     func stream(_ request: UpstreamRequest) async throws(UpstreamFailure) -> StreamedUpstreamReply
+
+    /// ``send(_:maxBody:)`` without a task, for a caller on `eventLoop`: the reply (or an
+    /// ``UpstreamFailure``) completes the future on that loop. `nil` when this transport cannot
+    /// (the caller then awaits ``send(_:maxBody:)``).
+    func start(_ request: UpstreamRequest, maxBody: Int, on eventLoop: any EventLoop) -> EventLoopFuture<UpstreamResponse>?
+}
+
+extension UpstreamTransport {
+    public func start(_ request: UpstreamRequest, maxBody: Int, on eventLoop: any EventLoop) -> EventLoopFuture<UpstreamResponse>? { nil }
 }
 
 extension UpstreamClient: UpstreamTransport {}

@@ -284,6 +284,9 @@ final class SharedKeyIndex: Sendable {
 
     func beginRead() -> UInt64 { index.withLock { $0.beginRead() } }
 
+    /// Whether SQLite may hold a live row for the key (``KeyIndex/mayHaveRow(_:)``).
+    func mayHaveRow(_ hash: UInt64) -> Bool { index.withLock { $0.mayHaveRow(hash) } }
+
     /// Ends a read; whether `rowid` (the row it found, if any) may be served.
     @discardableResult
     func endRead(_ began: UInt64, rowid: Int64? = nil) -> Bool {

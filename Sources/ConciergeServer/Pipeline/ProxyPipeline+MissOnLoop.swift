@@ -1,0 +1,58 @@
+import ConciergeCore
+import NIOCore
+
+extension ProxyPipeline {
+    /// Steps 4–9 of the usual miss as callbacks on the connection's event loop: no task, no
+    /// executor hop, no future awaited. The same steps as ``handle(_:)``, in the same order,
+    /// for a request where every one of them is decided without waiting:
+    ///
+    /// 4. lookup: neither the hot tier nor the key index knows the key (no SQLite read can
+    ///    find it; no stale entry can stand in), and there is no fleet shared cache to ask;
+    /// 5. coalesce: no other request is fetching the key (this one leads, and requests that
+    ///    arrive meanwhile wait for it as for any leader);
+    /// 6. exchange: the token needs no renewal before sending, and the transport starts the
+    ///    exchange on this loop (``UpstreamTransport/start(_:maxBody:on:)``); the reply is
+    ///    judged here (``UpstreamExchange/judgeFirst(_:_:_:elapsed:)``);
+    /// 7–8. success steps and store, as ``store(_:_:key:sharedSeen:)``; 9. the answer.
+    ///
+    /// A reply whose verdict needs a wait (renew and replay, logout, a warning action, capture,
+    /// `invalidates`) goes on in a task (``UpstreamExchange/resume(after:headerTags:_:_:)``) and
+    /// completes the same future.
+    ///
+    /// - Returns: `nil` when the request is not such a miss (the caller runs ``handle(_:)``);
+    ///   else the answer, completed on `eventLoop`.
+    func missOnLoop(_ preparation: Preparation, on eventLoop: any EventLoop) -> EventLoopFuture<ProxyAnswer>? {
+        guard case .ready(let p, streamedBody: .none) = preparation, p.endpoint.envelope || p.endpoint.isCacheable,
+              let key = p.cacheKey, !p.bypass, !p.endpoint.httpCaching, shared == nil,
+              !cache.mayHaveEntry(key, now: cache.clock.now),
+              let attempt = exchange.firstAttemptWithoutWaiting(p)
+        else { return nil }
+        let request = exchange.request(p, attempt)
+        guard coalescer.lead(key) else { return nil }
+        let started = ContinuousClock.now
+        guard let reply = exchange.transport.start(request, maxBody: p.config.settings.limits.maxBodyBytes, on: eventLoop) else {
+            coalescer.hand(key, nil)
+            return nil
+        }
+        let answer = eventLoop.makePromise(of: ProxyAnswer.self)
+        reply.whenComplete { outcome in
+            switch self.exchange.judgeFirst(outcome, p, attempt, elapsed: ContinuousClock.now - started) {
+            case .done(let result):
+                answer.succeed(self.missAnswer(result, p, key: key))
+            case .waits(let verdict, let headerTags, let attempt):
+                answer.completeWithTask {
+                    self.missAnswer(await self.exchange.resume(after: verdict, headerTags: headerTags, p, attempt), p, key: key)
+                }
+            }
+        }
+        return answer.futureResult
+    }
+
+    /// Steps 8–9 of a miss this request led: store, hand the result to the requests that
+    /// waited for it, the answer with its cache headers.
+    private func missAnswer(_ result: UpstreamExchange.Result, _ p: PreparedRequest, key: String) -> ProxyAnswer {
+        let fetched = store(result, p, key: key, sharedSeen: nil)
+        coalescer.hand(key, fetched)
+        return withCacheHeaders(fetched, .miss, cacheStatus: "concierge; fwd=miss")
+    }
+}
