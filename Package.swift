@@ -132,6 +132,16 @@ let package = Package(
             path: "Fuzz/ConciergeFuzzing"
         ),
         .target(name: "CFuzzDriver", path: "Fuzz/CFuzzDriver"),
+        /// The floor for a hit in Benchmarks/profile.sh (FLOOR=1): a bare SwiftNIO server writing ready bytes.
+        .executableTarget(
+            name: "nio-floor",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            path: "Benchmarks/nio-floor"
+        ),
         .executableTarget(name: "concierge-fuzz", dependencies: ["ConciergeFuzzing", "CFuzzDriver"], path: "Fuzz/concierge-fuzz"),
         .testTarget(name: "ConciergeCoreTests", dependencies: ["ConciergeCore", "ConciergeFuzzing"]),
         .testTarget(name: "ConciergeStorageTests", dependencies: ["ConciergeStorage"]),

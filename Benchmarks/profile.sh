@@ -36,11 +36,17 @@
 # and their ratio. nginx writes its cache file in the worker as it answers, so its MISS
 # includes its writes, as Concierge's includes the writer's.
 #
+# FLOOR=1 (callgrind): the floor for a hit, `nio-floor` (Benchmarks/nio-floor: a bare SwiftNIO
+# server with NIO's request decoder that answers every request with the same ready bytes, the
+# origin's head and 1 KB body), runs under callgrind too with the same driver; the table gives
+# its instructions per request beside Concierge's HIT. Built with `swift build -c release
+# --product nio-floor` and the Makefile's RELEASE_FLAGS when missing (or unless SKIP_BUILD=1).
+#
 # Symbols are demangled with swift-demangle --simplified (or `swift demangle`) when present.
 # perf.data and callgrind.out files stay in OUT_DIR (perf report -i ..., callgrind_annotate).
 #
 # Env: PROFILER=both|perf|callgrind DURATION=10s CONNECTIONS=64 TOP=10 PERF_EVENT=cpu-clock
-#      PERF_CALLGRAPH=-g CALLGRIND_REQUESTS=2000 WARMUP=200 ORIGIN=sample|nginx NGINX=0|1
+#      PERF_CALLGRAPH=-g CALLGRIND_REQUESTS=2000 WARMUP=200 ORIGIN=sample|nginx NGINX=0|1 FLOOR=0|1
 #      STATE_BASE=/tmp SKIP_BUILD=0 RELEASE_DIR=.build/release
 #      OUT_DIR=bench-out/profile-<time>
 set -euo pipefail
@@ -56,6 +62,7 @@ CALLGRIND_REQUESTS=${CALLGRIND_REQUESTS:-2000}
 WARMUP=${WARMUP:-200}
 ORIGIN=${ORIGIN:-sample}
 NGINX=${NGINX:-0}
+FLOOR=${FLOOR:-0}
 case $ORIGIN in sample | nginx) ;; *) die "ORIGIN must be sample or nginx, not $ORIGIN" ;; esac
 OUT_DIR=${OUT_DIR:-$BENCH_REPO/bench-out/profile-$(date +%Y%m%d-%H%M%S)}
 TOOLS="python3 $(dirname "$0")/bench_tools.py"
@@ -279,6 +286,27 @@ EOF
                 printf '  %-6s %12s %12s %7.2fx\n' "$kind" "${PER_REQUEST[nginx-$kind]}" "${PER_REQUEST[concierge-$kind]}" \
                     "$(awk -v a="${PER_REQUEST[concierge-$kind]}" -v b="${PER_REQUEST[nginx-$kind]}" 'BEGIN {print a / b}')"
             done
+        } | say
+    fi
+    if [ "$FLOOR" = 1 ]; then
+        if [ "${SKIP_BUILD:-0}" != 1 ] || [ ! -x "$RELEASE_DIR/nio-floor" ]; then
+            log "building nio-floor (release)"
+            # The Makefile's RELEASE_FLAGS, as `make build` gives Concierge.
+            (cd "$BENCH_REPO" && swift build -c release -Xswiftc -enforce-exclusivity=unchecked --product nio-floor >&2)
+        fi
+        objcopy --strip-debug "$RELEASE_DIR/nio-floor" "$WORK/nio-floor"
+        FLOOR_PORT=$(free_port)
+        log "callgrind: starting nio-floor under valgrind"
+        valgrind --tool=callgrind --callgrind-out-file="$WORK/floor-callgrind.out" "$WORK/nio-floor" --port "$FLOOR_PORT" > "$WORK/floor.log" 2>&1 &
+        FL_PID=$!; track "$FL_PID"
+        wait_http "http://127.0.0.1:$FLOOR_PORT/api/items?limit=1" "$FL_PID" "$WORK/floor.log" 120
+        measure floor "$FL_PID" "http://127.0.0.1:$FLOOR_PORT/api/items?limit=1" 0
+        stop_pid "$FL_PID" 60; untrack "$FL_PID"
+        {
+            echo
+            echo "the floor (a bare SwiftNIO server writing ready bytes, same driver): ${PER_REQUEST[floor-HIT]} instructions per request;"
+            printf '  Concierge HIT %s = %.2fx the floor\n' "${PER_REQUEST[concierge-HIT]}" \
+                "$(awk -v a="${PER_REQUEST[concierge-HIT]}" -v b="${PER_REQUEST[floor-HIT]}" 'BEGIN {print a / b}')"
         } | say
     fi
 fi
