@@ -7,7 +7,8 @@ import NIOHTTP1
 ///
 /// Runs on the connection's event loop. The head checks of docs/hardening.md are
 /// ``RequestHeadCheck``'s; the states, limits and timeouts are the machine's. A fresh hot-tier
-/// hit is answered right here from the stored buffer, with no task; any other request becomes
+/// hit is answered right here from the stored buffer, with no task, and so is the usual miss
+/// (by callbacks: ``ProxyResponder/missOnLoop(_:on:)``); any other request becomes
 /// work on the connection's ``ConnectionLane`` (a child task of ``ProxyListener/run()`` on this
 /// loop) that writes its whole reply back through the channel. A streamed body that breaks
 /// aborts the upstream request (its stream throws) and is answered 400/408.

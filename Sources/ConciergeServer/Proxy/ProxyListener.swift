@@ -9,9 +9,10 @@ import Synchronization
 /// shutdown, then stops accepting and lets the requests in flight finish within
 /// `limits.shutdown_grace`.
 ///
-/// Every request that is not answered synchronously on its event loop runs inside a child task
-/// of ``run()``'s task group (its connection's lane, through a ``RequestWorkQueue``), its whole
-/// reply included, so the shutdown waits for exactly that work: no counting, no polling.
+/// Every request that is not answered on its event loop runs inside a child task of ``run()``'s
+/// task group (its connection's lane, through a ``RequestWorkQueue``), its whole reply
+/// included; the usual miss, answered by callbacks on its loop, is registered with the same
+/// queue. So the shutdown waits for exactly that work, without polling.
 struct ProxyListener: Service {
     let context: ProxyServerContext
     /// The address to bind (`listen.proxy`); port 0 lets the kernel choose.

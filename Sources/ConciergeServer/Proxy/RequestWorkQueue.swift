@@ -10,7 +10,8 @@ struct RequestWork: Sendable {
 
 /// Hands request work from the connections (on their event loops) to the task group of
 /// ``ProxyListener/run()``, so every request runs inside a child task of the listener and a
-/// graceful shutdown waits for whole replies without counting them.
+/// graceful shutdown waits for whole replies; a request answered by callbacks on its loop
+/// instead is registered here (``beginOnLoop(_:)``) and waited for too.
 ///
 /// A connection's requests go through its ``ConnectionLane``: one child task per connection
 /// (started with its first asynchronous request, on the connection's loop) runs them in turn.
