@@ -43,4 +43,18 @@ struct FieldListTests {
         #expect(FieldList.elements("\u{212A}eep-alive") != ["keep-alive"])
         #expect(FieldList.elements("ÉTÉ") == ["ÉtÉ"])
     }
+
+    @Test("lists(_:in:) agrees with elements(_:): an element equal to the token, ASCII case ignored, white space trimmed")
+    func lists() {
+        let values = ["Keep-Alive, X-Foo", "x-foo", " \tX-FOO\t ", "a,,b", "a, ,b", "", ",", "x-fooo, x-fo", "close,X-Foo ,", "\u{212A}eep-alive"]
+        let tokens = ["x-foo", "X-Foo", "keep-alive", "Keep-Alive", "a", "b", "", "x-fo", "close", "foo"]
+        for value in values {
+            for token in tokens where !token.isEmpty {
+                let expected = FieldList.elements(value).contains(String(decoding: token.utf8.map(ASCIICase.lowered), as: UTF8.self))
+                #expect(FieldList.lists(token, in: value) == expected, "\(token) in \(value)")
+            }
+        }
+        #expect(FieldList.lists("X-Foo", in: "keep-alive, x-foo"))
+        #expect(!FieldList.lists("x-fo", in: "x-foo"))
+    }
 }

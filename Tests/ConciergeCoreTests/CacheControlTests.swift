@@ -42,4 +42,12 @@ struct CacheControlTests {
         #expect(CacheControl(["no-cache, x=\"open"]).directives.map(\.name) == ["no-cache"])
         #expect(CacheControl(["ＭＡＸ-age=5, no-store"]).noStore)
     }
+
+    @Test("the [String] initializer parses as the generic one does")
+    func arrayInitializer() {
+        let lines = ["Max-Age=60, No-Store", "private=\"set-cookie\", s-maxage = 5", "no-cache=\"a\\\"b\", x"]
+        #expect(CacheControl(lines) == CacheControl(lines[...]))
+        #expect(CacheControl(lines).seconds("max-age") == 60)
+        #expect(CacheControl(lines).noStore)
+    }
 }

@@ -180,7 +180,7 @@ struct EncodedHitTests {
             let socket = try RawSocket(port: rig.proxyPort, timeout: .seconds(5))
             let requests = [
                 "GET /api/items?limit=2 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",      // hit, ready bytes
-                "GET /api/items?limit=3 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",      // miss, through a task
+                "GET /api/items?limit=3 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",      // miss, by callbacks on the loop
                 "HEAD /api/items?limit=2 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",     // not the endpoint's method: passed through, no body
                 "GET /api/items?limit=2 HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",  // hit, closes
             ]

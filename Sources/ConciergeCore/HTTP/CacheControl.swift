@@ -24,6 +24,12 @@ public struct CacheControl: Sendable, Equatable {
         for line in lines { Self.parse(Substring(line), into: &directives) }
     }
 
+    /// The field's lines as `HTTPHeaders` gives them: the same parse, without the generic
+    /// iteration (which runs unspecialized across modules, on every upstream reply).
+    public init(_ lines: [String]) {
+        for line in lines { Self.parse(line[...], into: &directives) }
+    }
+
     /// Whether the directive is present (with or without a value).
     public func has(_ name: String) -> Bool { directives.contains { $0.name == name } }
 

@@ -21,18 +21,19 @@ public enum HopByHopFields {
 
     /// Copies end-to-end headers, dropping hop-by-hop ones, those `Connection` names and
     /// `extra` (lowercase names). Runs twice per exchange: names are compared by bytes,
-    /// ignoring ASCII case, without lowercased copies or sets.
+    /// ignoring ASCII case, without lowercased copies, sets or a list of the `Connection`
+    /// names (usually `keep-alive` or `close`, hop-by-hop anyway).
     public static func endToEnd(_ headers: HTTPHeaders, dropping extra: [String] = []) -> HTTPHeaders {
-        var named: [String] = []
-        for (name, value) in headers where ASCIICase.equals(name, lowercase: "connection") {
-            named += FieldList.elements(value)
+        var connection: [String] = []
+        for (name, value) in headers where name.utf8.count == 10 && ASCIICase.equals(name, lowercase: "connection") {
+            connection.append(value)
         }
         // Built as a list, then wrapped: `HTTPHeaders.add` checks each name again, and
         // `remove(name:)` rewrites the whole list per name.
         var kept: [(String, String)] = []
         kept.reserveCapacity(headers.count)
         for (name, value) in headers
-        where !contains(name) && !ASCIICase.equalsAny(name, lowercase: extra) && !ASCIICase.equalsAny(name, lowercase: named) {
+        where !contains(name) && !ASCIICase.equalsAny(name, lowercase: extra) && !connection.contains(where: { FieldList.lists(name, in: $0) }) {
             kept.append((name, value))
         }
         return kept.count == headers.count ? headers : HTTPHeaders(kept)

@@ -66,42 +66,42 @@ public struct WireHead {
     public func emit<Sink: WireSink>(into sink: inout Sink) {
         switch start {
         case .status(let version, let code):
-            sink.put("HTTP/")
+            sink.put("HTTP/" as StaticString)
             sink.put(version.major)
-            sink.put(".")
+            sink.put("." as StaticString)
             sink.put(version.minor)
-            sink.put(" ")
+            sink.put(" " as StaticString)
             sink.put(code)
-            sink.put(" ")
+            sink.put(" " as StaticString)
             sink.put(HTTPResponseStatus(statusCode: code).reasonPhrase)
         case .request(let method, let target):
             sink.put(method)
-            sink.put(" ")
+            sink.put(" " as StaticString)
             sink.put(target)
-            sink.put(" HTTP/1.1")
+            sink.put(" HTTP/1.1" as StaticString)
         }
-        sink.put("\r\n")
+        sink.put("\r\n" as StaticString)
         if let leading { Self.field(leading.name, leading.value, into: &sink) }
         for (name, value) in fields where omitting.isEmpty || !ASCIICase.equalsAny(name, lowercase: omitting) {
             sink.put(name)
-            sink.put(": ")
+            sink.put(": " as StaticString)
             sink.put(value)
-            sink.put("\r\n")
+            sink.put("\r\n" as StaticString)
         }
         if let extra { sink.put(extra) }
         if let contentLength {
-            sink.put("Content-Length: ")
+            sink.put("Content-Length: " as StaticString)
             sink.put(contentLength)
-            sink.put("\r\n")
+            sink.put("\r\n" as StaticString)
         }
-        if closes { sink.put("Connection: close\r\n") }
-        if ends { sink.put("\r\n") }
+        if closes { sink.put("Connection: close\r\n" as StaticString) }
+        if ends { sink.put("\r\n" as StaticString) }
     }
 
     private static func field<Sink: WireSink>(_ name: StaticString, _ value: String, into sink: inout Sink) {
         sink.put(name)
-        sink.put(": ")
+        sink.put(": " as StaticString)
         sink.put(value)
-        sink.put("\r\n")
+        sink.put("\r\n" as StaticString)
     }
 }

@@ -23,7 +23,7 @@ public enum JSONScan {
     /// The value at a dotted path (`code`, `meta.code`, `list.0.id`), as
     /// `JSONValue.parse(bytes)?[path: path]` would give it.
     public static func value(at path: String, in bytes: some Collection<UInt8>) -> Result {
-        let components = path.isEmpty ? [] : path.split(separator: ".", omittingEmptySubsequences: false).map { Array($0.utf8) }
+        let components = Self.components(path)
         if let result = bytes.withContiguousStorageIfAvailable({ scan($0, components) }) { return result }
         return Array(bytes).withUnsafeBufferPointer { scan($0, components) }
     }
@@ -40,11 +40,20 @@ public enum JSONScan {
             return .object([:])
         case .found(let code) where codePath.isEmpty:
             return code
+        case .found(let code) where !codePath.utf8.contains(UInt8(ascii: ".")):
+            return .object([codePath: code])
         case .found(let code):
             // Objects all the way down: `[path:]` looks a component up as a key in an object.
             return codePath.split(separator: ".", omittingEmptySubsequences: false).reversed()
                 .reduce(code) { inner, component in .object([String(component): inner]) }
         }
+    }
+
+    /// A dotted path's components as bytes; one component (`code`, `errcode`) without a split.
+    private static func components(_ path: String) -> [[UInt8]] {
+        if path.isEmpty { return [] }
+        if !path.utf8.contains(UInt8(ascii: ".")) { return [Array(path.utf8)] }
+        return path.split(separator: ".", omittingEmptySubsequences: false).map { Array($0.utf8) }
     }
 
     static func scan(_ buffer: UnsafeBufferPointer<UInt8>, _ components: [[UInt8]]) -> Result {

@@ -116,8 +116,16 @@ public enum JSONValue: Sendable, Hashable {
     static func writeString(_ s: String, into out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
         defer { out.append(UInt8(ascii: "\"")) }
-        // Most strings need no escape: one copy instead of a byte at a time.
-        guard s.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else {
+        // Most strings need no escape: one copy instead of a byte at a time, from the
+        // string's own bytes when it lends them.
+        func needsEscape(_ b: UInt8) -> Bool { b < 0x20 || b == UInt8(ascii: "\"") || b == UInt8(ascii: "\\") }
+        let copied = s.utf8.withContiguousStorageIfAvailable { bytes -> Bool in
+            for b in bytes where needsEscape(b) { return false }
+            out.append(contentsOf: bytes)
+            return true
+        }
+        if copied == true { return }
+        if copied == nil, !s.utf8.contains(where: needsEscape) {
             out.append(contentsOf: s.utf8)
             return
         }

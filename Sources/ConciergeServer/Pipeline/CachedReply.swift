@@ -34,15 +34,30 @@ struct EncodedHit: Sendable {
     var status: Int
     var report: RequestReport
 
-    /// `Cache-Status` and `Age`, and the blank line that ends the head.
-    func tail(allocator: ByteBufferAllocator) -> ByteBuffer {
-        var tail = allocator.buffer(capacity: 64)
-        tail.writeStaticString("Cache-Status: concierge; hit; ttl=")
-        tail.writeString(String(ttl))
-        tail.writeStaticString("\r\nAge: ")
-        tail.writeString(String(age))
-        tail.writeStaticString("\r\n\r\n")
-        return tail
+    /// The hit as one buffer: the head, `Cache-Status` and `Age`, the blank line and the body,
+    /// when the body is at most `inlineBody` bytes (copying it costs less than two more writes
+    /// through the pipeline); a larger body is handed back to be written after it.
+    func bytes(allocator: ByteBufferAllocator, inlineBody: Int) -> (head: ByteBuffer, body: ByteBuffer?) {
+        let inline = body.readableBytes <= inlineBody
+        var bytes = allocator.buffer(capacity: head.readableBytes + Self.tailCapacity + (inline ? body.readableBytes : 0))
+        bytes.writeImmutableBuffer(head)
+        WireText.append(to: &bytes, capacity: Self.tailCapacity) { text in
+            text.put("Cache-Status: concierge; hit; ttl=" as StaticString)
+            Self.put(ttl, into: &text)
+            text.put("\r\nAge: " as StaticString)
+            Self.put(age, into: &text)
+            text.put("\r\n\r\n" as StaticString)
+        }
+        guard inline else { return (bytes, body) }
+        bytes.writeImmutableBuffer(body)
+        return (bytes, nil)
+    }
+
+    /// The tail's text at most: its fixed 45 bytes and two numbers of up to 20 characters.
+    private static let tailCapacity = 96
+
+    private static func put(_ number: Int, into text: inout WireText) {
+        if number >= 0 { text.put(number) } else { text.put(String(number)) }
     }
 
     /// The same hit as an ordinary reply (for the request log and the counters).

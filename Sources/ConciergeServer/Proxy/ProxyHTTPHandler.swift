@@ -257,14 +257,18 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
     }
 
     /// A hit as ready bytes, below the response encoder: the entry's head, `Cache-Status` and
-    /// `Age`, the body; one flush.
+    /// `Age`, the body (in the same buffer unless it is large); one flush.
     private func writeEncoded(_ hit: EncodedHit, to request: ProxyConnectionStateMachine.Request, _ incoming: IncomingRequest,
                               context: ChannelHandlerContext) {
         guard let encoder = encoderContext else { return }
         let next = machine.replyFinished(request: request.id, keepAlive: true, now: context.eventLoop.now)
-        encoder.write(NIOAny(hit.head), promise: nil)
-        encoder.write(NIOAny(hit.tail(allocator: context.channel.allocator)), promise: nil)
-        encoder.writeAndFlush(NIOAny(hit.body), promise: nil)
+        let (head, body) = hit.bytes(allocator: context.channel.allocator, inlineBody: Self.inlineBodyBytes)
+        if let body {
+            encoder.write(NIOAny(head), promise: nil)
+            encoder.writeAndFlush(NIOAny(body), promise: nil)
+        } else {
+            encoder.writeAndFlush(NIOAny(head), promise: nil)
+        }
         responder.log(incoming, hit.answer, started: request.started)
         execute(next, context: context)
         resumeAfterReply(context: context)
