@@ -62,11 +62,11 @@ public final class CacheStore: Sendable {
         reader.hotLookup(key, now: reader.clock.now)
     }
 
-    /// Whether a ``lookup(_:)`` of `key` could find anything: an entry in the hot tier, or a
-    /// row the key index does not rule out (while the index loads, any key may have one).
-    /// Without I/O: `false` is a miss known on the event loop.
-    public func mayHaveEntry(_ key: String, now: Double) -> Bool {
-        reader.hotLookup(key, now: now) != nil || reader.index.mayHaveRow(KeyHash.of(key))
+    /// Whether SQLite may hold a live row for `key` (the key index does not rule it out; while
+    /// the index loads, any key may have one). Without I/O: with an empty hot tier, `false` is
+    /// a miss known on the event loop.
+    public func mayHaveRow(_ key: String) -> Bool {
+        reader.index.mayHaveRow(KeyHash.of(key))
     }
 
     /// Hot tier, then SQLite (promoting what it finds).

@@ -4,41 +4,44 @@
 /// empty string). Read by bytes: it runs on every upstream reply (`Connection`).
 public enum FieldList {
     public static func elements(_ value: some StringProtocol) -> [String] {
-        var elements: [String] = []
-        for part in Substring(value).utf8.split(separator: UInt8(ascii: ","), omittingEmptySubsequences: true) {
-            var start = part.startIndex
-            var end = part.endIndex
-            while start < end, isWhiteSpace(part[start]) { start = part.index(after: start) }
-            while start < end, isWhiteSpace(part[part.index(before: end)]) { end = part.index(before: end) }
-            elements.append(String(decoding: part[start..<end].lazy.map(ASCIICase.lowered), as: UTF8.self))
+        var value = String(value)
+        return value.withUTF8 { bytes in
+            var elements: [String] = []
+            forEachElement(of: bytes) { element in
+                elements.append(String(decoding: element.lazy.map(ASCIICase.lowered), as: UTF8.self))
+                return false
+            }
+            return elements
         }
-        return elements
     }
 
     /// Whether `value`'s elements include `token` (ASCII case ignored), as
     /// `elements(value).contains(token.lowercased())` would say, without building them.
     public static func lists(_ token: String, in value: String) -> Bool {
         var (token, value) = (token, value)
-        return token.withUTF8 { token in value.withUTF8 { value in lists(token, in: value) } }
+        return token.withUTF8 { token in
+            value.withUTF8 { value in
+                forEachElement(of: value) { element in
+                    element.count == token.count && zip(element, token).allSatisfy { ASCIICase.lowered($0) == ASCIICase.lowered($1) }
+                }
+            }
+        }
     }
 
-    private static func lists(_ token: UnsafeBufferPointer<UInt8>, in value: UnsafeBufferPointer<UInt8>) -> Bool {
+    /// Calls `body` with each element's bytes, white space trimmed (nothing between two commas
+    /// is no element), until it returns `true`; whether it did.
+    @discardableResult
+    private static func forEachElement(of value: UnsafeBufferPointer<UInt8>, _ body: (UnsafeBufferPointer<UInt8>) -> Bool) -> Bool {
         var next = 0
         while next < value.count {
             var end = next
             while end < value.count, value[end] != UInt8(ascii: ",") { end += 1 }
             var start = next
             next = end + 1
-            guard end > start else { continue }  // nothing between two commas: no element
+            guard end > start else { continue }
             while start < end, isWhiteSpace(value[start]) { start += 1 }
             while start < end, isWhiteSpace(value[end - 1]) { end -= 1 }
-            guard end - start == token.count else { continue }
-            var same = true
-            for i in 0..<token.count where ASCIICase.lowered(value[start + i]) != ASCIICase.lowered(token[i]) {
-                same = false
-                break
-            }
-            if same { return true }
+            if body(UnsafeBufferPointer(rebasing: value[start..<end])) { return true }
         }
         return false
     }

@@ -7,7 +7,10 @@ extension ProxyPipeline {
         case answer(ProxyAnswer)
         /// A hit as ready bytes (only when the caller asked for them).
         case encodedHit(EncodedHit)
-        case prepared(Preparation)
+        /// The preparation to go on with; `hotTierMiss`: the hot tier was asked for the
+        /// request's key and had no entry at all (a miss that may go on on the event loop,
+        /// ``missOnLoop(_:on:)``).
+        case prepared(Preparation, hotTierMiss: Bool)
     }
 
     /// The synchronous subset of the path that a listener runs on its event loop: steps 2–3
@@ -29,8 +32,11 @@ extension ProxyPipeline {
         let preparation = prepare(incoming, route: route, session: session)
         if case .answer(let answer) = preparation { return .answer(answer) }
         // `mode: http` reads the request's directives and `Vary` first: not here.
-        guard case .ready(let p, _) = preparation, let key = p.cacheKey, !p.bypass, !p.endpoint.httpCaching else { return .prepared(preparation) }
-        guard let entry = cache.hotLookup(key, now: now), entry.isFresh(at: now) else { return .prepared(preparation) }
+        guard case .ready(let p, _) = preparation, let key = p.cacheKey, !p.bypass, !p.endpoint.httpCaching else {
+            return .prepared(preparation, hotTierMiss: false)
+        }
+        guard let entry = cache.hotLookup(key, now: now) else { return .prepared(preparation, hotTierMiss: true) }
+        guard entry.isFresh(at: now) else { return .prepared(preparation, hotTierMiss: false) }
         if encoded, let hit = CachedReply.encoded(entry, endpoint: p.endpoint, now: now) {
             memo?.remember(incoming, route: route, session: session, key: key, endpoint: p.endpoint)
             return .encodedHit(hit)

@@ -6,8 +6,9 @@ extension ProxyPipeline {
     /// executor hop, no future awaited. The same steps as ``handle(_:)``, in the same order,
     /// for a request where every one of them is decided without waiting:
     ///
-    /// 4. lookup: neither the hot tier nor the key index knows the key (no SQLite read can
-    ///    find it; no stale entry can stand in), and there is no fleet shared cache to ask;
+    /// 4. lookup: neither the hot tier (the fast path asked it: call this only when it had no
+    ///    entry) nor the key index knows the key (no SQLite read can find it; no stale entry
+    ///    can stand in), and there is no fleet shared cache to ask;
     /// 5. coalesce: no other request is fetching the key (this one leads, and requests that
     ///    arrive meanwhile wait for it as for any leader);
     /// 6. exchange: the token needs no renewal before sending, and the transport starts the
@@ -24,7 +25,7 @@ extension ProxyPipeline {
     func missOnLoop(_ preparation: Preparation, on eventLoop: any EventLoop) -> EventLoopFuture<ProxyAnswer>? {
         guard case .ready(let p, streamedBody: .none) = preparation, p.endpoint.envelope || p.endpoint.isCacheable,
               let key = p.cacheKey, !p.bypass, !p.endpoint.httpCaching, shared == nil,
-              !cache.mayHaveEntry(key, now: cache.clock.now),
+              !cache.mayHaveRow(key),
               let attempt = exchange.firstAttemptWithoutWaiting(p)
         else { return nil }
         let request = exchange.request(p, attempt)

@@ -13,7 +13,7 @@ enum TokenBeforeSending {
     }
 
     nonisolated(nonsending) static func decide(_ p: PreparedRequest, refresher: TokenRefresher, session current: SessionTokens?) async -> Decision {
-        let config = p.config.settings
+        if let token = withoutWaiting(p, refresher: refresher, session: current) { return .send(token) }
         guard let token = p.token else {
             // An app token not fetched yet.
             let outcome = await refresher.freshToken(replacing: nil)
@@ -24,10 +24,9 @@ enum TokenBeforeSending {
                 return .answer(LocalReplies.tokenUnavailable(p.config, retryAfter: outcome.retryAfter), nil)
             }
         }
+        // The current token needs renewal before it is sent (``withoutWaiting`` said so).
+        guard let current else { return .send(token) }
         let now = refresher.clock.date
-        guard let current, current.accessToken == token, config.session.tokenEndpoint != nil,
-              current.needsRenewal(at: now, ahead: config.session.refreshAhead)
-        else { return .send(token) }
         let outcome = await refresher.freshToken(replacing: token, expirySignal: false)
         switch outcome {
         case .refreshed(let fresh): return .send(fresh)
@@ -42,7 +41,7 @@ enum TokenBeforeSending {
     }
 
     /// The token to send when no wait is needed (it is there and needs no renewal before
-    /// sending); `nil` when ``decide(_:refresher:session:)`` must run. Reads as `decide` does.
+    /// sending); `nil` when ``decide(_:refresher:session:)`` must wait (it starts with this).
     static func withoutWaiting(_ p: PreparedRequest, refresher: TokenRefresher, session current: SessionTokens?) -> String? {
         guard let token = p.token else { return nil }
         let config = p.config.settings

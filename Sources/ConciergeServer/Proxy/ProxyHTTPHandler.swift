@@ -205,8 +205,8 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
             case .encodedHit(let hit):
                 writeEncoded(hit, to: request, incoming, context: context)
                 return
-            case .prepared(let preparation):
-                if answerOnLoop(preparation, to: request, incoming, context: context) { return }
+            case .prepared(let preparation, let hotTierMiss):
+                if hotTierMiss, answerOnLoop(preparation, to: request, incoming, context: context) { return }
                 prepared = preparation
             case nil:
                 break

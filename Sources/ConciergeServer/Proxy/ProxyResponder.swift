@@ -18,7 +18,8 @@ protocol ProxyResponder: Sendable {
     func fastPath(_ incoming: IncomingRequest, encoded: Bool) -> ProxyPipeline.FastPath?
 
     /// The usual miss answered by callbacks on `eventLoop` (``ProxyPipeline/missOnLoop(_:on:)``),
-    /// for a request the fast path prepared; `nil` when it needs ``handle(_:prepared:)``.
+    /// for a request the fast path prepared and whose key the hot tier did not have; `nil` when
+    /// it needs ``handle(_:prepared:)``.
     func missOnLoop(_ preparation: ProxyPipeline.Preparation, on eventLoop: any EventLoop) -> EventLoopFuture<ProxyAnswer>?
 
     /// The reply, from the pipeline or Concierge's own routes (`prepared` when the fast path
