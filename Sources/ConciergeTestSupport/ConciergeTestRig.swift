@@ -142,13 +142,25 @@ public final class ConciergeTestRig: Sendable {
         try await post("/api/login", form: "username=\(user)&password=secret")
     }
 
+    /// The tests' client. It closes a kept-alive connection after 2 s idle, well before the
+    /// daemon's `limits.header_timeout` (10 s by default) closes it from its side: otherwise a
+    /// request written as the daemon closes the idle connection meets a reset (the keep-alive
+    /// race every HTTP client has, which `HTTPClient.shared`, 60 s idle, ran into under load).
+    /// Otherwise `HTTPClient.shared`'s configuration (connections wait up to 90 s for a slot,
+    /// redirects followed, decompression on).
+    public static let client: HTTPClient = {
+        var configuration = HTTPClient.Configuration.singletonConfiguration
+        configuration.connectionPool.idleTimeout = .seconds(2)
+        return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+    }()
+
     public static func send(_ method: HTTPMethod, _ url: String, headers: [(String, String)] = [], body: String? = nil,
                             timeout: Duration = .seconds(30)) async throws -> TestResponse {
         var request = HTTPClientRequest(url: url)
         request.method = method
         for (name, value) in headers { request.headers.add(name: name, value: value) }
         if let body { request.body = .bytes(ByteBuffer(string: body)) }
-        let response = try await HTTPClient.shared.execute(request, timeout: .nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000))
+        let response = try await client.execute(request, timeout: .nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000))
         let bytes = try await response.body.collect(upTo: 64 << 20)
         return TestResponse(status: Int(response.status.code), headers: response.headers, body: bytes)
     }

@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import ConciergeSampleAPI
 import Crypto
+import ConciergeTestSupport
 import Foundation
 import Testing
 
@@ -49,7 +50,7 @@ struct SampleAPITests {
         request.method = .init(rawValue: method)
         for (name, value) in headers { request.headers.add(name: name, value: value) }
         request.body = body
-        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(timeoutSeconds))
+        let response = try await ConciergeTestRig.client.execute(request, timeout: .seconds(timeoutSeconds))
         let bytes = try await response.body.collect(upTo: 64 * 1024 * 1024)
         var headerMap: [String: String] = [:]
         for header in response.headers { headerMap[header.name.lowercased()] = header.value }
