@@ -18,7 +18,7 @@ public struct CacheEntry: Sendable {
     public var staleWhileRevalidate: Double
     public var staleIfError: Double
     public var version: Int
-    /// The reply's head as ready bytes, made when the entry enters the hot tier (see
+    /// The reply's head as ready bytes, made by the entry's first lookup in the hot tier (see
     /// ``CacheStore/init(database:maxBytes:memoryBytes:logger:encodeHead:)``): a hit writes it as is.
     public var encodedHead: EncodedHead? = nil
     /// The entry's tags (`cache.tags`), stored beside it in `cache_tag`. Empty for an entry read

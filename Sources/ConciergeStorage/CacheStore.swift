@@ -35,7 +35,7 @@ public final class CacheStore: Sendable {
     /// and the writer deletes them in slices.
     static var inlineDeleteLimit: Int { CacheWriter.inlineDeleteLimit }
 
-    /// `encodeHead` encodes an entry's head as it enters the hot tier (`nil`: hits build
+    /// `encodeHead` encodes an entry's head at its first lookup in the hot tier (`nil`: hits build
     /// their head); `clock` is the time entries are stored and judged by.
     public init(database: StorageDatabase, maxBytes: Int, memoryBytes: Int, logger: Logger,
                 encodeHead: (@Sendable (CacheEntry) -> EncodedHead?)? = nil, clock: WallClock = .system) throws {

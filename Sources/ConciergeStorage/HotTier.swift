@@ -119,6 +119,31 @@ public final class HotTier: Sendable {
         withExtendedLifetime(left) {}
     }
 
+    /// Gives `entry`, if the tier still holds it (not a newer one under its key), the head
+    /// its first lookup encoded: the tier's bytes grow by the head's footprint, and the least
+    /// recently used entries leave to make room.
+    public func attach(_ head: EncodedHead, to entry: CacheEntry) {
+        let left = state.withLock { s -> [CacheEntry] in
+            guard let i = s.index[entry.key], s.nodes[i]!.entry.encodedHead == nil,
+                  s.nodes[i]!.entry.storedAt == entry.storedAt, s.nodes[i]!.entry.version == entry.version else { return [] }
+            s.nodes[i]!.entry.encodedHead = head
+            let size = Self.footprint(s.nodes[i]!.entry)
+            s.bytes += size - s.nodes[i]!.size
+            s.nodes[i]!.size = size
+            var left: [CacheEntry] = []
+            if size > capacityBytes {
+                left.append(s.nodes[i]!.entry)
+                s.remove(i)
+            }
+            while s.bytes > capacityBytes, s.tail >= 0, s.tail != i {
+                left.append(s.nodes[s.tail]!.entry)
+                s.remove(s.tail)
+            }
+            return left
+        }
+        withExtendedLifetime(left) {}
+    }
+
     public func remove(_ key: String) {
         state.withLock { s in
             if let i = s.index[key] { s.remove(i) }

@@ -3,6 +3,7 @@ import ConciergeCore
 import Foundation
 import Logging
 import NIOCore
+import Synchronization
 import Testing
 
 @Suite("HotTier")
@@ -189,5 +190,59 @@ struct HotTierTests {
         }
         #expect(hot.bytes <= 50_000)
         #expect(hot.bytes == hot.count * 1000)
+    }
+}
+
+/// The encoded head of a hot-tier entry is made by its first lookup, not when it is stored.
+@Suite("Hot tier: heads encoded at the first lookup")
+struct HotTierLazyHeadTests {
+    /// Counts encodings; the head is 300 bytes of the key.
+    final class Encoder: Sendable {
+        let calls = Mutex(0)
+        func encode(_ entry: CacheEntry) -> EncodedHead? {
+            calls.withLock { $0 += 1 }
+            return EncodedHead(bytes: ByteBuffer(string: String(repeating: "h", count: 300)), upstreamAge: 0)
+        }
+    }
+
+    @Test("stored: no encoding; first lookup: encoded once and kept (the tier's bytes grow by its footprint); later lookups reuse it")
+    func encodedOnce() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("concierge-lazyhead-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let encoder = Encoder()
+        let store = try CacheStore(database: StorageDatabase(path: dir + "/c.sqlite", logger: quietLogger), maxBytes: 1 << 30,
+                                   memoryBytes: 1 << 20, logger: quietLogger, encodeHead: { encoder.encode($0) })
+        let entry = makeEntry(key: "a", size: 1000)
+        store.store(entry)
+        #expect(encoder.calls.withLock { $0 } == 0, "a stored entry is not encoded")
+        #expect(store.hot.bytes == 1000)
+        let first = store.hotLookup("a", now: entry.storedAt)
+        #expect(first?.encodedHead?.bytes.readableBytes == 300)
+        #expect(encoder.calls.withLock { $0 } == 1)
+        #expect(store.hot.bytes == HotTier.footprint(first!))
+        #expect(store.hot.bytes > 1000 + 300)
+        for _ in 0..<3 { #expect(store.hotLookup("a", now: entry.storedAt)?.encodedHead != nil) }
+        #expect(encoder.calls.withLock { $0 } == 1, "later lookups reuse the head")
+    }
+
+    @Test("a head is attached only to the entry it was made for, and room is made for it by the least recently used")
+    func attachChecksAndEvicts() {
+        let hot = HotTier(capacityBytes: 3000)
+        let old = makeEntry(key: "a", size: 1000, storedAt: 100)
+        hot.put(old)
+        hot.put(makeEntry(key: "a", size: 1000, storedAt: 200))
+        let head = EncodedHead(bytes: ByteBuffer(string: String(repeating: "h", count: 200)), upstreamAge: 0)
+        hot.attach(head, to: old)
+        #expect(hot.get("a")?.encodedHead == nil, "the entry stored since is not given the old one's head")
+        #expect(hot.bytes == 1000)
+
+        hot.put(makeEntry(key: "b", size: 1000))
+        let current = hot.get("a")!  // "a" is now the most recently used
+        hot.attach(head, to: current)
+        #expect(hot.get("a")?.encodedHead != nil)
+        #expect(hot.get("b") == nil, "the least recently used left to make room for the head's footprint")
+        #expect(hot.bytes == HotTier.footprint(hot.get("a")!))
+        #expect(hot.bytes <= hot.capacityBytes)
     }
 }

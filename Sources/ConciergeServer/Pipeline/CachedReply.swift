@@ -68,8 +68,8 @@ struct EncodedHit: Sendable {
 
 extension CachedReply {
     /// An HTTP/1.1 head for a stored reply, all but `Cache-Status` and `Age`: the status
-    /// line, the stored headers, `X-Cache: HIT`, `Content-Length`. Made once per entry as it
-    /// enters the hot tier.
+    /// line, the stored headers, `X-Cache: HIT`, `Content-Length`. Made once per entry, by
+    /// its first lookup in the hot tier.
     @Sendable static func encodeHead(_ entry: CacheEntry) -> EncodedHead? {
         // Open-ended: each hit appends its `Cache-Status` and `Age`, then the empty line.
         let head = WireHead(.status(.http1_1, entry.status), fields: entry.headers, omitting: Self.variesPerHit, extra: "X-Cache: HIT\r\n",

@@ -9,7 +9,7 @@ extension ProxyPipeline {
         case encodedHit(EncodedHit)
         /// The preparation to go on with; `hotTierMiss`: the hot tier was asked for the
         /// request's key and had no entry at all (a miss that may go on on the event loop,
-        /// ``missOnLoop(_:on:)``).
+        /// ``missOnLoop(_:on:answer:)``).
         case prepared(Preparation, hotTierMiss: Bool)
     }
 

@@ -8,7 +8,7 @@ import NIOHTTP1
 /// Runs on the connection's event loop. The head checks of docs/hardening.md are
 /// ``RequestHeadCheck``'s; the states, limits and timeouts are the machine's. A fresh hot-tier
 /// hit is answered right here from the stored buffer, with no task, and so is the usual miss
-/// (by callbacks: ``ProxyResponder/missOnLoop(_:on:)``); any other request becomes
+/// (by callbacks: ``ProxyResponder/missOnLoop(_:on:answer:)``); any other request becomes
 /// work on the connection's ``ConnectionLane`` (a child task of ``ProxyListener/run()`` on this
 /// loop) that writes its whole reply back through the channel. A streamed body that breaks
 /// aborts the upstream request (its stream throws) and is answered 400/408.
@@ -221,28 +221,26 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
         }
     }
 
-    /// The usual miss as callbacks on this loop (``ProxyResponder/missOnLoop(_:on:)``), its
-    /// reply written as a fast answer is; whether it was taken (else the request becomes work).
+    /// The usual miss as callbacks on this loop (``ProxyResponder/missOnLoop(_:on:answer:)``),
+    /// its reply written as a fast answer is (possibly before `missOnLoop` returns, for a
+    /// request the pool refuses at once); whether it was taken (else the request becomes work).
     private func answerOnLoop(_ preparation: ProxyPipeline.Preparation, to request: ProxyConnectionStateMachine.Request,
                               _ incoming: IncomingRequest, context: ChannelHandlerContext) -> Bool {
         guard let registered = requests.beginOnLoop(context.channel) else { return false }
-        guard let answer = responder.missOnLoop(preparation, on: context.eventLoop) else {
-            requests.end(registered)
-            return false
-        }
         let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
         let requests = self.requests
-        answer.whenComplete { outcome in
+        let taken = responder.missOnLoop(preparation, on: context.eventLoop) { answer in
             let (handler, context) = loopBound.value
-            if case .success(let answer) = outcome, case .buffer = answer.reply.body {
+            if case .buffer = answer.reply.body {
                 handler.replySynchronously(answer, to: request, incoming, context: context)
             } else {
-                // Not expected: the answer never fails and is always buffered.
+                // Not expected: the answer is always buffered.
                 context.close(promise: nil)
             }
             requests.end(registered)
         }
-        return true
+        if !taken { requests.end(registered) }
+        return taken
     }
 
     private func replySynchronously(_ answer: ProxyAnswer, to request: ProxyConnectionStateMachine.Request, _ incoming: IncomingRequest,

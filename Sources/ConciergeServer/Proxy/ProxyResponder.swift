@@ -17,10 +17,12 @@ protocol ProxyResponder: Sendable {
     /// `encoded`: the connection can take a hit as ready HTTP/1.1 bytes.
     func fastPath(_ incoming: IncomingRequest, encoded: Bool) -> ProxyPipeline.FastPath?
 
-    /// The usual miss answered by callbacks on `eventLoop` (``ProxyPipeline/missOnLoop(_:on:)``),
-    /// for a request the fast path prepared and whose key the hot tier did not have; `nil` when
-    /// it needs ``handle(_:prepared:)``.
-    func missOnLoop(_ preparation: ProxyPipeline.Preparation, on eventLoop: any EventLoop) -> EventLoopFuture<ProxyAnswer>?
+    /// The usual miss answered by callbacks on `eventLoop` (``ProxyPipeline/missOnLoop(_:on:answer:)``),
+    /// for a request the fast path prepared and whose key the hot tier did not have: `answer`
+    /// is called once, on `eventLoop`. `false`, and `answer` never called, when it needs
+    /// ``handle(_:prepared:)``.
+    func missOnLoop(_ preparation: ProxyPipeline.Preparation, on eventLoop: any EventLoop,
+                    answer: @escaping @Sendable (ProxyAnswer) -> Void) -> Bool
 
     /// The reply, from the pipeline or Concierge's own routes (`prepared` when the fast path
     /// already prepared the request).
@@ -40,5 +42,6 @@ protocol ProxyResponder: Sendable {
 
 extension ProxyResponder {
     /// A responder without a pipeline of its own (a test's stub) answers every miss in a task.
-    func missOnLoop(_ preparation: ProxyPipeline.Preparation, on eventLoop: any EventLoop) -> EventLoopFuture<ProxyAnswer>? { nil }
+    func missOnLoop(_ preparation: ProxyPipeline.Preparation, on eventLoop: any EventLoop,
+                    answer: @escaping @Sendable (ProxyAnswer) -> Void) -> Bool { false }
 }

@@ -37,8 +37,9 @@ final class ProxyServerContext: ProxyResponder {
         return pipeline.fastPath(incoming, encoded: encoded)
     }
 
-    func missOnLoop(_ preparation: ProxyPipeline.Preparation, on eventLoop: any EventLoop) -> EventLoopFuture<ProxyAnswer>? {
-        pipeline.missOnLoop(preparation, on: eventLoop)
+    func missOnLoop(_ preparation: ProxyPipeline.Preparation, on eventLoop: any EventLoop,
+                    answer: @escaping @Sendable (ProxyAnswer) -> Void) -> Bool {
+        pipeline.missOnLoop(preparation, on: eventLoop, answer: answer)
     }
 
     nonisolated(nonsending) func handle(_ incoming: IncomingRequest, prepared: ProxyPipeline.Preparation? = nil) async -> ProxyAnswer {

@@ -28,9 +28,10 @@ public final class PooledUpstreamTransport: UpstreamTransport {
         return try await pool.send(request, maxBody: maxBody, caFile: caFile(for: request.url))
     }
 
-    public func start(_ request: UpstreamRequest, maxBody: Int, on eventLoop: any EventLoop) -> EventLoopFuture<UpstreamResponse>? {
-        if case .stream = request.body { return nil }
-        return pool.start(request, maxBody: maxBody, caFile: caFile(for: request.url), on: eventLoop)
+    public func start(_ request: UpstreamRequest, maxBody: Int, on eventLoop: any EventLoop,
+                      reply: @escaping @Sendable (Result<UpstreamResponse, UpstreamFailure>) -> Void) -> Bool {
+        if case .stream = request.body { return false }
+        return pool.start(request, maxBody: maxBody, caFile: caFile(for: request.url), on: eventLoop, reply: reply)
     }
 
     public func stream(_ request: UpstreamRequest) async throws(UpstreamFailure) -> StreamedUpstreamReply {

@@ -70,7 +70,10 @@ public final class UpstreamConnectionPool: Sendable {
     ///
     /// - Parameter caFile: the PEM file trusted for an https origin instead of the system store.
     nonisolated(nonsending) public func send(_ request: UpstreamRequest, maxBody: Int, caFile: String? = nil) async throws(UpstreamFailure) -> UpstreamResponse {
-        let (loop, exchange) = try prepare(request, maxBody: maxBody, caFile: caFile, loop: chooseLoop())
+        let (origin, wire) = try encode(request, caFile: caFile)
+        let loop = chooseLoop()
+        let promise = loop.eventLoop.makePromise(of: UpstreamResponse.self)
+        let exchange = exchange(origin, wire, request, maxBody: maxBody) { promise.completeWith($0.mapError { $0 }) }
         do {
             return try await withTaskCancellationHandler {
                 if loop.eventLoop.inEventLoop {
@@ -78,7 +81,7 @@ public final class UpstreamConnectionPool: Sendable {
                 } else {
                     loop.eventLoop.execute { loop.pool.value.start(exchange) }
                 }
-                return try await exchange.promise.futureResult.get()
+                return try await promise.futureResult.get()
             } onCancel: {
                 exchange.cancellation.set()
                 loop.eventLoop.execute { loop.pool.value.giveUp(exchange.id, .unreachable("cancelled")) }
@@ -88,24 +91,31 @@ public final class UpstreamConnectionPool: Sendable {
         }
     }
 
-    /// ``send(_:maxBody:caFile:)`` without a task, for a caller on `eventLoop` (one of the
-    /// group's): the exchange starts on that loop's pool at once, and its reply (or an
-    /// ``UpstreamFailure``) completes the future there. `nil` when `eventLoop` is not one of the
-    /// group's or the caller is not on it; a request the pool cannot send fails the future.
-    public func start(_ request: UpstreamRequest, maxBody: Int, caFile: String? = nil,
-                      on eventLoop: any EventLoop) -> EventLoopFuture<UpstreamResponse>? {
-        guard eventLoop.inEventLoop, let loop = loops.first(where: { $0.eventLoop === eventLoop }) else { return nil }
+    /// ``send(_:maxBody:caFile:)`` without a task or a future, for a caller on `eventLoop`
+    /// (one of the group's): the exchange starts on that loop's pool at once, and `reply` is
+    /// called once, there, with the reply or an ``UpstreamFailure`` (at once for a request the
+    /// pool cannot send). `false`, and `reply` never called, when `eventLoop` is not one of the
+    /// group's or the caller is not on it.
+    public func start(_ request: UpstreamRequest, maxBody: Int, caFile: String? = nil, on eventLoop: any EventLoop,
+                      reply: @escaping @Sendable (Result<UpstreamResponse, UpstreamFailure>) -> Void) -> Bool {
+        guard eventLoop.inEventLoop, let loop = loops.first(where: { $0.eventLoop === eventLoop }) else { return false }
         do {
-            let (_, exchange) = try prepare(request, maxBody: maxBody, caFile: caFile, loop: loop)
-            loop.pool.value.start(exchange)
-            return exchange.promise.futureResult
+            let (origin, wire) = try encode(request, caFile: caFile)
+            loop.pool.value.start(exchange(origin, wire, request, maxBody: maxBody, reply: reply))
         } catch {
-            return eventLoop.makeFailedFuture(error)
+            reply(.failure(error))
         }
+        return true
     }
 
-    /// The exchange for `request` on `loop`'s pool, or why it cannot be sent.
-    private func prepare(_ request: UpstreamRequest, maxBody: Int, caFile: String?, loop: Loop) throws(UpstreamFailure) -> (Loop, PendingExchange) {
+    private func exchange(_ origin: UpstreamOrigin, _ wire: UpstreamWireRequest, _ request: UpstreamRequest, maxBody: Int,
+                          reply: @escaping @Sendable (Result<UpstreamResponse, UpstreamFailure>) -> Void) -> PendingExchange {
+        PendingExchange(id: nextRequest.wrappingAdd(1, ordering: .relaxed).oldValue, origin: origin, request: wire,
+                        maxBody: maxBody, deadline: request.deadline, reply: reply, cancellation: CancellationFlag())
+    }
+
+    /// Where `request` goes and its bytes, or why it cannot be sent.
+    private func encode(_ request: UpstreamRequest, caFile: String?) throws(UpstreamFailure) -> (UpstreamOrigin, UpstreamWireRequest) {
         guard let (origin, target) = origins.parse(request.url, caFile: caFile) else {
             throw .unreachable("not an http:// or https:// URL: \(request.url)")
         }
@@ -122,11 +132,7 @@ public final class UpstreamConnectionPool: Sendable {
         } catch {
             throw .unreachable("request not sent: \(error)")
         }
-        let exchange = PendingExchange(
-            id: nextRequest.wrappingAdd(1, ordering: .relaxed).oldValue, origin: origin, request: wire,
-            maxBody: maxBody, deadline: request.deadline,
-            promise: loop.eventLoop.makePromise(), cancellation: CancellationFlag())
-        return (loop, exchange)
+        return (origin, wire)
     }
 
     /// Open connections (idle, busy or opening) over every loop and origin.

@@ -11,7 +11,8 @@ struct PendingExchange: Sendable {
     let maxBody: Int
     /// The request's deadline: waiting, connecting, sending and reading together.
     let deadline: NIODeadline
-    let promise: EventLoopPromise<UpstreamResponse>
+    /// Called once, on the pool's loop, with the reply or why there is none.
+    let reply: @Sendable (Result<UpstreamResponse, UpstreamFailure>) -> Void
     /// Set when the caller's task is cancelled (possibly before the exchange reached the loop).
     let cancellation: CancellationFlag
     var retried = false
@@ -64,7 +65,7 @@ final class UpstreamLoopPool {
 
     func start(_ exchange: PendingExchange) {
         if isShutDown || exchange.cancellation.isSet {
-            exchange.promise.fail(isShutDown ? UpstreamFailure.unreachable("upstream connection pool shut down") : UpstreamFailure.unreachable("cancelled"))
+            exchange.reply(.failure(isShutDown ? .unreachable("upstream connection pool shut down") : .unreachable("cancelled")))
             return
         }
         exchanges[exchange.id] = exchange
@@ -115,10 +116,7 @@ final class UpstreamLoopPool {
 
     private func finish(_ id: RequestID, _ result: Result<UpstreamResponse, UpstreamFailure>) {
         guard let exchange = exchanges.removeValue(forKey: id) else { return }
-        switch result {
-        case .success(let response): exchange.promise.succeed(response)
-        case .failure(let failure): exchange.promise.fail(failure)
-        }
+        exchange.reply(result)
     }
 
     // MARK: Connections

@@ -12,14 +12,17 @@ public protocol UpstreamTransport: Sendable {
     /// with ``UpstreamFailure/timeout`` at `request.deadline`.
     func stream(_ request: UpstreamRequest) async throws(UpstreamFailure) -> StreamedUpstreamReply
 
-    /// ``send(_:maxBody:)`` without a task, for a caller on `eventLoop`: the reply (or an
-    /// ``UpstreamFailure``) completes the future on that loop. `nil` when this transport cannot
-    /// (the caller then awaits ``send(_:maxBody:)``).
-    func start(_ request: UpstreamRequest, maxBody: Int, on eventLoop: any EventLoop) -> EventLoopFuture<UpstreamResponse>?
+    /// ``send(_:maxBody:)`` without a task or a future, for a caller on `eventLoop`: `reply` is
+    /// called once, on that loop, with the reply or an ``UpstreamFailure``. `false`, and
+    /// `reply` never called, when this transport cannot (the caller then awaits
+    /// ``send(_:maxBody:)``).
+    func start(_ request: UpstreamRequest, maxBody: Int, on eventLoop: any EventLoop,
+               reply: @escaping @Sendable (Result<UpstreamResponse, UpstreamFailure>) -> Void) -> Bool
 }
 
 extension UpstreamTransport {
-    public func start(_ request: UpstreamRequest, maxBody: Int, on eventLoop: any EventLoop) -> EventLoopFuture<UpstreamResponse>? { nil }
+    public func start(_ request: UpstreamRequest, maxBody: Int, on eventLoop: any EventLoop,
+                      reply: @escaping @Sendable (Result<UpstreamResponse, UpstreamFailure>) -> Void) -> Bool { false }
 }
 
 extension UpstreamClient: UpstreamTransport {}

@@ -34,14 +34,19 @@ final class CacheReader: Sendable {
         if entry.body.storageCapacity > entry.body.readableBytes + 64 {
             entry.body = ByteBuffer(bytes: entry.body.readableBytesView)
         }
-        if let encodeHead { entry.encodedHead = encodeHead(entry) }
         hot.put(entry)
     }
 
-    /// The hot-tier entry, without I/O. Callable on an event loop.
+    /// The hot-tier entry, without I/O. Callable on an event loop. The first lookup of an
+    /// entry encodes its head (`encodeHead`) and leaves it in the tier for the hits after it:
+    /// an entry stored and never read again (a miss of a one-off key) costs no encoding.
     func hotLookup(_ key: String, now: Double) -> CacheEntry? {
-        guard let (entry, report) = hot.getReportingAccess(key, now: now) else { return nil }
-        if report { accesses.record(entry.key, at: now) }
+        guard let (found, report) = hot.getReportingAccess(key, now: now) else { return nil }
+        if report { accesses.record(found.key, at: now) }
+        guard found.encodedHead == nil, let encodeHead, let head = encodeHead(found) else { return found }
+        var entry = found
+        entry.encodedHead = head
+        hot.attach(head, to: entry)
         return entry
     }
 

@@ -16,7 +16,7 @@ extension CacheWriter {
           last_access = excluded.last_access, headers = excluded.headers, body = excluded.body
         """
 
-    func put(_ entry: CacheEntry, in db: Database, now: Double) throws {
+    func put(_ entry: CacheEntry, in db: Database, now: Double, upsert: Statement) throws {
         let hash = KeyHash.of(entry.key)
         var old: KeyIndex.Row?
         if index.update({ $0.putting(hash) }) {
@@ -25,7 +25,7 @@ extension CacheWriter {
                 old = KeyIndex.Row(rowid: row["rowid"], hash: hash, size: row["size"])
             }
         }
-        try Self.upsert(entry, lastAccess: now, with: try db.cachedStatement(sql: Self.upsertSQL), in: db)
+        try Self.upsert(entry, lastAccess: now, with: upsert, in: db)
         let rowid = old?.rowid ?? db.lastInsertedRowID
         if !entry.tags.isEmpty {
             try db.cachedStatement(sql: "DELETE FROM cache_tag WHERE key = ?").execute(arguments: [entry.key])

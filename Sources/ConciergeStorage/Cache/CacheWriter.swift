@@ -12,7 +12,7 @@ import Synchronization
 /// Its work kinds: puts, invalidations of every kind, sweeps, the slices of a large
 /// invalidation's delete, and barriers. Eviction (``evict()``) runs between batches. A new
 /// kind of invalidation (by tag, from another node) is one more case of ``Work`` handled in
-/// ``apply(_:in:now:)``, with its row changes told to the index there.
+/// ``apply(_:in:now:upsert:)``, with its row changes told to the index there.
 final class CacheWriter: Sendable {
     enum Work: Sendable {
         case put(CacheEntry)
@@ -185,12 +185,18 @@ final class CacheWriter: Sendable {
         var results: [Result<Int, any Error>] = []
         var wrote = false
         do {
-            (results, wrote) = try await database.pool.write { db -> ([Result<Int, any Error>], Bool) in
-                let changesBefore = db.totalChangesCount
-                self.index.update { $0.beginBatch() }
-                let results = try batch.map { work in Result<Int, any Error>.success(try self.apply(work, in: db, now: now)) }
-                try self.recordAccesses(touches, in: db)
-                return (results, db.totalChangesCount != changesBefore)
+            (results, wrote) = try await database.pool.writeWithoutTransaction { db -> ([Result<Int, any Error>], Bool) in
+                try Self.inTransaction(db) {
+                    let changesBefore = db.totalChangesCount
+                    self.index.update { $0.beginBatch() }
+                    // Looked up once a batch: the statement cache hashes the whole SQL text.
+                    let upsert = try db.cachedStatement(sql: Self.upsertSQL)
+                    let results = try batch.map { work in
+                        Result<Int, any Error>.success(try self.apply(work, in: db, now: now, upsert: upsert))
+                    }
+                    try self.recordAccesses(touches, in: db)
+                    return (results, db.totalChangesCount != changesBefore)
+                }
             }
             index.update { $0.commitBatch() }
             for work in followUps.withLock({ list in defer { list.removeAll() }; return list }) { enqueue(work) }
@@ -242,11 +248,28 @@ final class CacheWriter: Sendable {
         reader.hot.remove(keys: removedKeys)
     }
 
+    /// A batch's transaction (`BEGIN IMMEDIATE` … `COMMIT`, rolled back on an error) through
+    /// prepared statements kept in the connection's cache: `DatabaseWriter.write` compiles
+    /// both again for every transaction.
+    static func inTransaction<T>(_ db: Database, _ body: () throws -> T) throws -> T {
+        try db.cachedStatement(sql: "BEGIN IMMEDIATE TRANSACTION").execute()
+        do {
+            let result = try body()
+            try db.cachedStatement(sql: "COMMIT TRANSACTION").execute()
+            return result
+        } catch {
+            // A failed COMMIT may have ended the transaction already (SQLite rolls back on
+            // some errors); otherwise nothing of the batch stays.
+            if db.isInsideTransaction { try? db.rollback() }
+            throw error
+        }
+    }
+
     /// One work item inside the batch's transaction; the count of entries it removed.
-    private func apply(_ work: Work, in db: Database, now: Double) throws -> Int {
+    private func apply(_ work: Work, in db: Database, now: Double, upsert: Statement) throws -> Int {
         switch work {
         case .put(let entry):
-            try put(entry, in: db, now: now)
+            try put(entry, in: db, now: now, upsert: upsert)
             return 0
         case .invalidate(let criteria, _):
             return try delete(criteria, in: db, now: now)
