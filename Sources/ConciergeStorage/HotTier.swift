@@ -37,10 +37,14 @@ public final class HotTier: Sendable {
         }
 
         mutating func remove(_ i: Int) {
+            index[nodes[i]!.entry.key] = nil
+            removeReplaced(i)
+        }
+
+        /// Removes node `i` whose key ``index`` already maps to another node.
+        mutating func removeReplaced(_ i: Int) {
             unlink(i)
-            let node = nodes[i]!
-            bytes -= node.size
-            index[node.entry.key] = nil
+            bytes -= nodes[i]!.size
             nodes[i] = nil
             free.append(i)
         }
@@ -100,14 +104,14 @@ public final class HotTier: Sendable {
         // work the other event loops' lookups should wait for.
         let left = state.withLock { s -> [CacheEntry] in
             var left: [CacheEntry] = []
-            if let i = s.index[entry.key] {
-                left.append(s.nodes[i]!.entry)
-                s.remove(i)
-            }
             let node = Node(entry: entry, size: size, reportedAccess: 0, prev: -1, next: -1)
             let i: Int
             if let f = s.free.popLast() { s.nodes[f] = node; i = f } else { s.nodes.append(node); i = s.nodes.count - 1 }
-            s.index[entry.key] = i
+            // One hash of the key: the entry it replaces, if any, leaves without a lookup of its own.
+            if let old = s.index.updateValue(i, forKey: entry.key) {
+                left.append(s.nodes[old]!.entry)
+                s.removeReplaced(old)
+            }
             s.pushFront(i)
             s.bytes += size
             while s.bytes > capacityBytes, s.tail >= 0, s.tail != i {

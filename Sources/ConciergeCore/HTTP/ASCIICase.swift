@@ -46,13 +46,19 @@ public enum ASCIICase {
 
     /// Whether `text` contains `lowercase` (lowercase ASCII), ignoring ASCII case.
     public static func contains(_ text: String, lowercase: String) -> Bool {
-        let (haystack, needle) = (Array(text.utf8), Array(lowercase.utf8))
-        guard haystack.count >= needle.count else { return false }
-        for start in 0..<(haystack.count - needle.count + 1) {
-            var matched = 0
-            while matched < needle.count, lowered(haystack[start + matched]) == needle[matched] { matched += 1 }
-            if matched == needle.count { return true }
+        // Over the strings' own bytes: no arrays copied (it runs on every upstream reply).
+        var (text, lowercase) = (text, lowercase)
+        return text.withUTF8 { haystack in
+            lowercase.withUTF8 { needle in
+                guard haystack.count >= needle.count else { return false }
+                if needle.isEmpty { return true }
+                for start in 0...(haystack.count - needle.count) where lowered(haystack[start]) == needle[0] {
+                    var matched = 1
+                    while matched < needle.count, lowered(haystack[start + matched]) == needle[matched] { matched += 1 }
+                    if matched == needle.count { return true }
+                }
+                return false
+            }
         }
-        return false
     }
 }

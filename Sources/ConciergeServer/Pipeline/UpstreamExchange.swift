@@ -350,6 +350,16 @@ struct UpstreamExchange: Sendable {
     /// `Cache-Control: no-store` or `private` (parsed by its grammar, ``CacheControl``): a shared
     /// cache keeps no such reply.
     static func noStore(_ headers: HTTPHeaders) -> Bool {
+        // The grammar's parse only when a line names one of them at all: a directive's name
+        // is in its line's bytes (any case). Most replies say neither (`max-age=60`).
+        var named = false
+        for (name, value) in headers where name.utf8.count == 13 && ASCIICase.equals(name, lowercase: "cache-control") {
+            if ASCIICase.contains(value, lowercase: "no-store") || ASCIICase.contains(value, lowercase: "private") {
+                named = true
+                break
+            }
+        }
+        guard named else { return false }
         let directives = CacheControl(headers["cache-control"])
         return directives.noStore || directives.isPrivate
     }

@@ -11,6 +11,8 @@ struct ConnectionRouteMemo {
     private struct Last {
         let generation: Int
         let config: RuntimeConfig
+        /// The listener's limits of `config`, as the connection's state machine takes them.
+        let limits: ProxyConnectionStateMachine.Limits
         /// The last routed head; `nil` when nothing was routed under this generation yet.
         var routed: Routed?
     }
@@ -28,14 +30,16 @@ struct ConnectionRouteMemo {
 
     private var last: Last?
 
-    /// The configuration in force.
-    mutating func config(_ responder: some ProxyResponder) -> RuntimeConfig {
+    /// The configuration in force, and its limits (converted once per configuration, not
+    /// per request).
+    mutating func config(_ responder: some ProxyResponder) -> (config: RuntimeConfig, limits: ProxyConnectionStateMachine.Limits) {
         let generation = responder.configGeneration
-        if let last, last.generation == generation { return last.config }
+        if let last, last.generation == generation { return (last.config, last.limits) }
         // Read after the generation: at least as new as it.
         let config = responder.currentConfig
-        last = Last(generation: generation, config: config, routed: nil)
-        return config
+        let limits = ProxyConnectionStateMachine.Limits(config.settings.limits)
+        last = Last(generation: generation, config: config, limits: limits, routed: nil)
+        return (config, limits)
     }
 
     /// The route of `target` (see ``ProxyResponder/route(method:target:)``), under the

@@ -135,7 +135,7 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
     }
 
     private func receiveHead(_ head: HTTPRequestHead, context: ChannelHandlerContext) {
-        let config = routeMemo.config(responder)
+        let (config, limits) = routeMemo.config(responder)
         var head = head
         if let reply = RequestHeadCheck.refusal(&head, config: config, responder: responder, allowedHost: &allowedHost) {
             execute(machine.headRefused(head, reply: reply), context: context)
@@ -144,7 +144,7 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
         let route = head.uri == "*" ? nil : routeMemo.route(head.method, target: head.uri, responder)
         routeOfNextDispatch = route
         let streamsBody = route?.streamsBody ?? false
-        let action = machine.headReceived(head, streamsBody: streamsBody, limits: .init(config.settings.limits),
+        let action = machine.headReceived(head, streamsBody: streamsBody, limits: limits,
                                           now: context.eventLoop.now, started: .now)
         execute(action, context: context)
     }
