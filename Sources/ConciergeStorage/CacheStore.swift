@@ -41,7 +41,8 @@ public final class CacheStore: Sendable {
                 encodeHead: (@Sendable (CacheEntry) -> EncodedHead?)? = nil, clock: WallClock = .system) throws {
         self.database = database
         self.maxBytes = maxBytes
-        hot = HotTier(capacityBytes: memoryBytes)
+        // The daemon's tier (it encodes heads) counts what each entry's allocations take too.
+        hot = HotTier(capacityBytes: memoryBytes, entryOverhead: encodeHead == nil ? 0 : HotTier.allocationOverhead)
         // The rows are read by the writer as it starts, between its batches (``KeyIndex``):
         // start-up takes the same time with a million entries as with none.
         let ceiling = try database.pool.read { db in try Int64.fetchOne(db, sql: "SELECT MAX(rowid) FROM cache_entry") ?? 0 }

@@ -52,9 +52,15 @@ public final class HotTier: Sendable {
 
     private let state = Mutex(State())
     public let capacityBytes: Int
+    /// Heap each entry takes beyond its ``CacheEntry/size`` (0: the tier counts payload only).
+    public let entryOverhead: Int
 
-    public init(capacityBytes: Int) {
+    /// - Parameter entryOverhead: counted for every entry besides its size (and its encoded
+    ///   head, once it has one), so that the budget bounds memory rather than payload: the
+    ///   daemon's tier passes ``allocationOverhead``.
+    public init(capacityBytes: Int, entryOverhead: Int = 0) {
         self.capacityBytes = capacityBytes
+        self.entryOverhead = entryOverhead
     }
 
     /// The entry for `key`, marked most recently used.
@@ -80,22 +86,20 @@ public final class HotTier: Sendable {
         }
     }
 
-    /// Heap an entry takes beyond ``CacheEntry/size`` once it carries its encoded head:
-    /// the head's buffer, and the allocations behind its key, headers, body and node
-    /// (measured: RSS grew about 1.3 KB per entry the tier held, against 300 bytes of
-    /// ``CacheEntry/size`` and a 256-byte head).
-    static let encodedEntryOverhead = 768
+    /// Heap an entry takes beyond ``CacheEntry/size`` and its encoded head: the allocations
+    /// behind its key, headers, body and node (measured: RSS grew about 1.3 KB per entry the
+    /// tier held, against 300 bytes of ``CacheEntry/size`` and a 256-byte head).
+    public static let allocationOverhead = 768
 
-    /// What an entry costs this tier: its ``CacheEntry/size``, plus, for an entry with an
-    /// encoded head (the daemon's), that head and the overhead of its allocations, so that
-    /// `storage.memory_bytes` bounds memory rather than payload.
-    static func footprint(_ entry: CacheEntry) -> Int {
-        guard let head = entry.encodedHead else { return entry.size }
-        return entry.size + head.bytes.storageCapacity + encodedEntryOverhead
+    /// What an entry costs this tier: its ``CacheEntry/size``, the tier's ``entryOverhead``,
+    /// and its encoded head once it has one, so that `storage.memory_bytes` bounds memory
+    /// rather than payload (an entry is stored without a head: its first lookup adds it).
+    func footprint(_ entry: CacheEntry) -> Int {
+        entry.size + entryOverhead + (entry.encodedHead?.bytes.storageCapacity ?? 0)
     }
 
     public func put(_ entry: CacheEntry) {
-        let size = Self.footprint(entry)
+        let size = footprint(entry)
         guard size <= capacityBytes else {
             remove(entry.key)
             return
@@ -131,7 +135,7 @@ public final class HotTier: Sendable {
             guard let i = s.index[entry.key], s.nodes[i]!.entry.encodedHead == nil,
                   s.nodes[i]!.entry.storedAt == entry.storedAt, s.nodes[i]!.entry.version == entry.version else { return [] }
             s.nodes[i]!.entry.encodedHead = head
-            let size = Self.footprint(s.nodes[i]!.entry)
+            let size = footprint(s.nodes[i]!.entry)
             s.bytes += size - s.nodes[i]!.size
             s.nodes[i]!.size = size
             var left: [CacheEntry] = []
