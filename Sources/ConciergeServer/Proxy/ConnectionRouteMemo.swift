@@ -32,7 +32,7 @@ struct ConnectionRouteMemo {
 
     /// The configuration in force, and its limits (converted once per configuration, not
     /// per request).
-    mutating func config(_ responder: some ProxyResponder) -> (config: RuntimeConfig, limits: ProxyConnectionStateMachine.Limits) {
+    mutating func config(_ responder: any ProxyResponder) -> (config: RuntimeConfig, limits: ProxyConnectionStateMachine.Limits) {
         let generation = responder.configGeneration
         if let last, last.generation == generation { return (last.config, last.limits) }
         // Read after the generation: at least as new as it.
@@ -44,7 +44,7 @@ struct ConnectionRouteMemo {
 
     /// The route of `target` (see ``ProxyResponder/route(method:target:)``), under the
     /// configuration ``config(_:)`` returned last.
-    mutating func route(_ method: HTTPMethod, target: String, _ responder: some ProxyResponder) -> PreparedRequest.Route? {
+    mutating func route(_ method: HTTPMethod, target: String, _ responder: any ProxyResponder) -> PreparedRequest.Route? {
         var target = target
         let routed = last?.routed
         // The path's bytes (up to `?`) compared in place: no copy of the path per head.

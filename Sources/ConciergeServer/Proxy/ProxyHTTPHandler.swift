@@ -19,12 +19,17 @@ import NIOHTTP1
 /// what arrives next waits there and reading from the socket pauses; once the reply is out the
 /// waiting events are handled in order. Replies therefore go out in request order, one at a
 /// time, and an error or a half-close never overtakes a reply owed before it.
-final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, RemovableChannelHandler {
+///
+/// Not generic over its responder: NIO calls a handler through its protocol witnesses, which
+/// for a generic class run the unspecialized code (every `unwrapInboundIn` then looked up
+/// run-time metadata and cast dynamically: ~1k instructions a part). The responder is an
+/// existential; a call to it is one indirect call.
+final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundIn = HTTPServerResponsePart
     typealias OutboundOut = HTTPServerResponsePart
 
-    private let responder: Responder
+    private let responder: any ProxyResponder
     private let requests: RequestWorkQueue
     /// The connection's event loop as the executor its request work prefers.
     private var executor: EventLoopTaskExecutor?
@@ -46,7 +51,7 @@ final class ProxyHTTPHandler<Responder: ProxyResponder>: ChannelDuplexHandler, R
     /// The body of the running request while it streams in.
     private var streamedBody: (continuation: AsyncThrowingStream<ByteBuffer, any Error>.Continuation, outcome: ClientBodyOutcome)?
 
-    init(responder: Responder, requests: RequestWorkQueue) {
+    init(responder: any ProxyResponder, requests: RequestWorkQueue) {
         self.responder = responder
         self.requests = requests
         machine = ProxyConnectionStateMachine(limits: .init(responder.currentConfig.settings.limits))

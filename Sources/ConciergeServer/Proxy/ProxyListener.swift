@@ -95,7 +95,7 @@ struct ProxyListener: Service {
     /// never saw would shift its bookkeeping). Bodies of replies to `HEAD` are left out by
     /// Concierge's writers. Reply headers come from a parsed upstream reply or from Concierge
     /// itself: no re-validation.
-    static func configureConnection(_ pipeline: ChannelPipeline.SynchronousOperations, responder: some ProxyResponder,
+    static func configureConnection(_ pipeline: ChannelPipeline.SynchronousOperations, responder: any ProxyResponder,
                                     requests: RequestWorkQueue) throws {
         try pipeline.addHandler(HTTPResponseEncoder())
         try pipeline.addHandler(ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes)))

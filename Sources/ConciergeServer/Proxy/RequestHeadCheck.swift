@@ -10,7 +10,7 @@ enum RequestHeadCheck {
     /// - Parameter allowedHost: the connection's last `Host` value found allowed, with the
     ///   configuration that allowed it: the same single value under the same configuration is
     ///   not checked again (clients send one `Host` per connection). Updated here.
-    static func refusal(_ head: inout HTTPRequestHead, config: RuntimeConfig, responder: some ProxyResponder,
+    static func refusal(_ head: inout HTTPRequestHead, config: RuntimeConfig, responder: any ProxyResponder,
                         allowedHost: inout AllowedHost?) -> ProxyReply? {
         let limits = config.settings.limits
         let fields = Fields(head)
@@ -74,7 +74,7 @@ enum RequestHeadCheck {
 
     /// The target's form and, unless an absolute-form target named the host, the `Host` field.
     private static func targetRefusal(_ head: inout HTTPRequestHead, hostFields: [String], config: RuntimeConfig,
-                                      responder: some ProxyResponder) -> ProxyReply? {
+                                      responder: any ProxyResponder) -> ProxyReply? {
         if head.uri == "*" {
             guard head.method == .OPTIONS else { return .error(400, "the asterisk target is for OPTIONS only") }
         } else if !head.uri.hasPrefix("/") {
