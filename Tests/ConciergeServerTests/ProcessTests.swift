@@ -78,7 +78,9 @@ struct ProcessTests {
         let daemon = try DaemonProcess.start(binary: Self.binary, config: DaemonProcess.config(dir: dir.path, apiPort: api.port))
         let ports = try await daemon.ports()
         async let slow = ConciergeTestRig.send(.GET, "http://127.0.0.1:\(ports.proxy)/api/slow?ms=1500")
-        try await Task.sleep(for: .milliseconds(300))
+        // In flight once the upstream has it (a fixed sleep could signal before the daemon
+        // even accepted the connection on a loaded machine: the closed listener reset it).
+        #expect(await eventually { api.state.lastRequest("/api/slow") != nil }, "the request reached the upstream")
         daemon.signal(SIGTERM)
         let reply = try await slow
         #expect(reply.status == 200)
