@@ -145,7 +145,7 @@ public final class ConciergeTestRig: Sendable {
     /// The tests' client. It closes a kept-alive connection after 2 s idle, well before the
     /// daemon's `limits.header_timeout` (10 s by default) closes it from its side: otherwise a
     /// request written as the daemon closes the idle connection meets a reset (the keep-alive
-    /// race every HTTP client has, which `HTTPClient.shared`, 60 s idle, ran into under load).
+    /// race every HTTP client has, which `HTTPClient.shared`, 600 s idle, ran into under load).
     /// Otherwise `HTTPClient.shared`'s configuration (connections wait up to 90 s for a slot,
     /// redirects followed, decompression on).
     public static let client: HTTPClient = {
