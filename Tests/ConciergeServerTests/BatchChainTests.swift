@@ -39,11 +39,18 @@ struct BatchChainTests {
 
     @Test("fail_fast replies at the first failure, the rest cancelled and their upstream calls not completed")
     func failFast() async throws {
-        try await ConciergeTestRig.with { rig in
+        // The slow calls may take 60 s here (the default `slow` endpoint times out after 2 s:
+        // on a loaded machine that timeout, a failure too, once came before the business error).
+        let endpoints = """
+            - { name: businessError, match: "GET /api/business-error", cache: { ttl: 60s } }
+            - { name: slow, match: "GET /api/slow", timeout: 60s }
+            - { name: itemList, match: "GET,POST /api/items", cache: { ttl: 60s } }
+            """
+        try await ConciergeTestRig.with(endpoints: endpoints) { rig in
             let body: JSONValue = ["mode": "fail_fast", "requests": [
                 ["id": "bad", "path": "/api/business-error"],
-                ["id": "slow1", "path": "/api/slow?ms=8000&n=1"],
-                ["id": "slow2", "path": "/api/slow?ms=8000&n=2"],
+                ["id": "slow1", "path": "/api/slow?ms=15000&n=1"],
+                ["id": "slow2", "path": "/api/slow?ms=15000&n=2"],
             ]]
             let started = ContinuousClock.now
             let reply = try await rig.postJSON("/_concierge/batch", body)
@@ -52,8 +59,8 @@ struct BatchChainTests {
             #expect(reply.json?[path: "results.bad.body.code"] == .int(1002))
             #expect(reply.json?[path: "results.slow1.cancelled"] == .bool(true))
             #expect(reply.json?[path: "results.slow2.cancelled"] == .bool(true))
-            // The reply came before the 8 s calls could finish: they were cancelled, not awaited.
-            #expect(elapsed < .seconds(7.5))
+            // The reply came before the 15 s calls could finish: they were cancelled, not awaited.
+            #expect(elapsed < .seconds(14))
             // mode all: everything runs and ok is false.
             let all = try await rig.postJSON("/_concierge/batch", ["requests": [["id": "x", "path": "/api/business-error"], ["id": "y", "path": "/api/items"]]])
             #expect(all.json?[path: "ok"] == .bool(false))
