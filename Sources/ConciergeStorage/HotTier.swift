@@ -41,6 +41,17 @@ public final class HotTier: Sendable {
             removeReplaced(i)
         }
 
+        /// Removes least recently used entries, never node `kept`, until `bytes` fits
+        /// `capacity`; returns them (released by the caller after the lock).
+        mutating func evict(toFit capacity: Int, keeping kept: Int) -> [CacheEntry] {
+            var left: [CacheEntry] = []
+            while bytes > capacity, tail >= 0, tail != kept {
+                left.append(nodes[tail]!.entry)
+                remove(tail)
+            }
+            return left
+        }
+
         /// Removes node `i` whose key ``index`` already maps to another node.
         mutating func removeReplaced(_ i: Int) {
             unlink(i)
@@ -118,11 +129,7 @@ public final class HotTier: Sendable {
             }
             s.pushFront(i)
             s.bytes += size
-            while s.bytes > capacityBytes, s.tail >= 0, s.tail != i {
-                left.append(s.nodes[s.tail]!.entry)
-                s.remove(s.tail)
-            }
-            return left
+            return left + s.evict(toFit: capacityBytes, keeping: i)
         }
         withExtendedLifetime(left) {}
     }
@@ -138,16 +145,12 @@ public final class HotTier: Sendable {
             let size = footprint(s.nodes[i]!.entry)
             s.bytes += size - s.nodes[i]!.size
             s.nodes[i]!.size = size
-            var left: [CacheEntry] = []
-            if size > capacityBytes {
-                left.append(s.nodes[i]!.entry)
+            guard size <= capacityBytes else {
+                let entry = s.nodes[i]!.entry
                 s.remove(i)
+                return [entry]
             }
-            while s.bytes > capacityBytes, s.tail >= 0, s.tail != i {
-                left.append(s.nodes[s.tail]!.entry)
-                s.remove(s.tail)
-            }
-            return left
+            return s.evict(toFit: capacityBytes, keeping: i)
         }
         withExtendedLifetime(left) {}
     }

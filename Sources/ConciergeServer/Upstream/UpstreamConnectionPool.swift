@@ -73,7 +73,7 @@ public final class UpstreamConnectionPool: Sendable {
         let (origin, wire) = try encode(request, caFile: caFile)
         let loop = chooseLoop()
         let promise = loop.eventLoop.makePromise(of: UpstreamResponse.self)
-        let exchange = exchange(origin, wire, request, maxBody: maxBody) { promise.completeWith($0.mapError { $0 }) }
+        let exchange = pendingExchange(origin, wire, request, maxBody: maxBody) { promise.completeWith($0.mapError { $0 }) }
         do {
             return try await withTaskCancellationHandler {
                 if loop.eventLoop.inEventLoop {
@@ -101,14 +101,14 @@ public final class UpstreamConnectionPool: Sendable {
         guard eventLoop.inEventLoop, let loop = loops.first(where: { $0.eventLoop === eventLoop }) else { return false }
         do {
             let (origin, wire) = try encode(request, caFile: caFile)
-            loop.pool.value.start(exchange(origin, wire, request, maxBody: maxBody, reply: reply))
+            loop.pool.value.start(pendingExchange(origin, wire, request, maxBody: maxBody, reply: reply))
         } catch {
             reply(.failure(error))
         }
         return true
     }
 
-    private func exchange(_ origin: UpstreamOrigin, _ wire: UpstreamWireRequest, _ request: UpstreamRequest, maxBody: Int,
+    private func pendingExchange(_ origin: UpstreamOrigin, _ wire: UpstreamWireRequest, _ request: UpstreamRequest, maxBody: Int,
                           reply: @escaping @Sendable (Result<UpstreamResponse, UpstreamFailure>) -> Void) -> PendingExchange {
         PendingExchange(id: nextRequest.wrappingAdd(1, ordering: .relaxed).oldValue, origin: origin, request: wire,
                         maxBody: maxBody, deadline: request.deadline, reply: reply, cancellation: CancellationFlag())
