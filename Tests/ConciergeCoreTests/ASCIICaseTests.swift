@@ -58,3 +58,17 @@ struct FieldListTests {
         #expect(!FieldList.lists("x-fo", in: "x-foo"))
     }
 }
+
+@Suite("Token characters")
+struct TokenCharacterTests {
+    @Test("the tchar masks hold exactly RFC 9110's tchar among all 256 byte values")
+    func masks() {
+        let tchar = Set(Array("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!#$%&'*+-.^_`|~".utf8))
+        for byte in UInt8.min...UInt8.max {
+            #expect(HTTPFieldSyntax.isTokenCharacter(byte) == tchar.contains(byte), "byte \(byte)")
+        }
+        #expect(HTTPFieldSyntax.isToken("X-Custom_Header.1"))
+        #expect(!HTTPFieldSyntax.isToken("Bad Name"))
+        #expect(!HTTPFieldSyntax.isToken(""))
+    }
+}

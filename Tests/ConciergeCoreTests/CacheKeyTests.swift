@@ -233,3 +233,65 @@ struct CacheBypassTests {
         #expect(!PreparedRequest.bypasses(["X-Cache-Control": "no-cache", "Pragma": "no-cache"]))
     }
 }
+
+@Suite("Cache key params, written over bytes")
+struct KeyCanonicalBytesTests {
+    /// The key's param string as it was built before it was written over bytes: a normalised
+    /// string per name and value, the excluded ones filtered out, sorted as strings.
+    private func reference(_ params: [Param], excluding: Set<String>) -> String {
+        var pairs: [(name: String, value: String)] = []
+        for param in params where !excluding.contains(param.name) {
+            if let wire = param.wire {
+                if let eq = wire.firstIndex(of: "=") {
+                    pairs.append((QueryString.normalized(wire[..<eq]), QueryString.normalized(wire[wire.index(after: eq)...])))
+                } else {
+                    pairs.append((QueryString.normalized(wire[...]), ""))
+                }
+            } else {
+                pairs.append((QueryString.percentEncode(param.name), QueryString.percentEncode(param.value)))
+            }
+        }
+        pairs.sort { a, b in a.name != b.name ? a.name < b.name : a.value < b.value }
+        return pairs.map { "\($0.name)=\($0.value)" }.joined(separator: "&")
+    }
+
+    private func written(_ params: [Param], excluding: Set<String>) -> String {
+        var out = TextBuilder(capacity: 0)
+        QueryString.writeKeyCanonical(params, excluding: excluding, into: &out)
+        return out.text
+    }
+
+    @Test("the same text as the string-by-string build over a grid of names, values, escapes, duplicates and exclusions")
+    func agreesWithStrings() {
+        let pieces = ["a", "A", "b", "ab", "a%20b", "%7e", "%7E", "%e4%bd%a0", "%FF", "%fe", "x+y", "%", "%4", "é", "_", "timestamp",
+                      "", "zz=1", "a b", "\"q\""]
+        var checked = 0
+        for first in pieces {
+            for second in pieces {
+                for third in ["", "c=3", "a=0", "b", "timestamp=9", "%61=1"] {
+                    let query = [first.isEmpty ? "" : "\(first)=\(second)", "\(second)=\(first)", third].filter { !$0.isEmpty }.joined(separator: "&")
+                    let parsed = QueryString.parse(query)
+                    // Params changed by a step (common params) have no written form.
+                    let built = parsed + [Param(first, second)]
+                    for excluding: Set<String> in [[], ["timestamp"], ["a", "b"], [first]] {
+                        #expect(written(parsed, excluding: excluding) == reference(parsed, excluding: excluding), "\(query)")
+                        #expect(written(built, excluding: excluding) == reference(built, excluding: excluding), "\(query)")
+                        checked += 2
+                    }
+                }
+            }
+        }
+        #expect(checked == 20 * 20 * 6 * 4 * 2)
+    }
+
+    @Test("every param excluded leaves no '?' in the key; some excluded keep it")
+    func allExcluded() {
+        let key = { (query: String) in
+            CacheKey.make(method: "GET", upstreamBaseURL: "http://h", path: "/p", params: QueryString.parse(query),
+                          excluding: ["t", "sig"], userID: nil, version: 1)
+        }
+        #expect(key("t=1&sig=2") == "GET http://h/p v=1")
+        #expect(key("t=1&b=2&sig=3") == "GET http://h/p?b=2 v=1")
+        #expect(key("") == "GET http://h/p v=1")
+    }
+}

@@ -10,14 +10,18 @@ public enum ASCIICase {
     /// Whether `text` equals `lowercase` (lowercase ASCII), ignoring ASCII case.
     @inlinable
     public static func equals(_ text: String, lowercase: String) -> Bool {
-        guard text.utf8.count == lowercase.utf8.count else { return false }
-        var (text, lowercase) = (text, lowercase)
-        return text.withUTF8 { a in
-            lowercase.withUTF8 { b in
-                for i in a.indices where lowered(a[i]) != b[i] { return false }
+        let count = text.utf8.count
+        guard count == lowercase.utf8.count else { return false }
+        // Over the strings' own bytes, without the copies (a retain and a release each) that
+        // `withUTF8` needs of a `var`; every string here is native, so both lend their bytes.
+        let answer = text.utf8.withContiguousStorageIfAvailable { a in
+            lowercase.utf8.withContiguousStorageIfAvailable { b in
+                for i in 0..<count where lowered(a[i]) != b[i] { return false }
                 return true
             }
         }
+        if let answer = answer ?? nil { return answer }
+        return zip(text.utf8, lowercase.utf8).allSatisfy { lowered($0) == $1 }
     }
 
     /// Whether `text` equals one of `lowercase` (lowercase ASCII), ignoring ASCII case.

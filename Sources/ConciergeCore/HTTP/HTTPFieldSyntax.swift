@@ -5,19 +5,14 @@
 ///   or chain sub-request, a template, a captured token) goes through ``problem(name:value:)``
 ///   before it reaches an `HTTPHeaders`; NIO traps on a non-ASCII name.
 public enum HTTPFieldSyntax {
-    /// `tchar` of RFC 9110 §5.6.2.
+    /// `tchar` of RFC 9110 §5.6.2: ASCII letters, digits and `!#$%&'*+-.^_`|~`, read as one
+    /// bit of two 64-bit masks (bytes 0–63, 64–127) instead of a chain of range tests: it runs
+    /// for every byte of every field name sent upstream.
     @inlinable
     public static func isTokenCharacter(_ byte: UInt8) -> Bool {
-        switch byte {
-        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"):
-            return true
-        case UInt8(ascii: "!"), UInt8(ascii: "#"), UInt8(ascii: "$"), UInt8(ascii: "%"), UInt8(ascii: "&"), UInt8(ascii: "'"),
-             UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "^"), UInt8(ascii: "_"),
-             UInt8(ascii: "`"), UInt8(ascii: "|"), UInt8(ascii: "~"):
-            return true
-        default:
-            return false
-        }
+        if byte < 64 { return (0x03FF_6CFA_0000_0000 as UInt64) >> byte & 1 != 0 }
+        if byte < 128 { return (0x57FF_FFFF_C7FF_FFFE as UInt64) >> (byte &- 64) & 1 != 0 }
+        return false
     }
 
     /// A non-empty RFC 9110 token (header names, methods, transfer codings).

@@ -19,10 +19,12 @@ public enum CacheKey {
         key.append(" " as StaticString)
         key.append(upstreamBaseURL)
         key.append(path)
-        let kept = excluding.isEmpty ? params : params.filter { !excluding.contains($0.name) }
-        if !kept.isEmpty {
+        if !params.isEmpty {
             key.append("?" as StaticString)
-            QueryString.writeKeyCanonical(kept, into: &key)
+            let before = key.count
+            QueryString.writeKeyCanonical(params, excluding: excluding, into: &key)
+            // Every param excluded: no `?`.
+            if key.count == before { key.removeLast() }
         }
         if let userID {
             key.append(" user=" as StaticString)

@@ -151,29 +151,52 @@ public enum QueryString {
         return out.text
     }
 
-    /// ``keyCanonical(_:)`` written straight into a key being built: no pair list joined into
-    /// a string of its own first. Every piece is ASCII (normalised or percent-encoded), where
-    /// String order is byte order.
-    static func writeKeyCanonical(_ params: [Param], into out: inout TextBuilder) {
-        var pairs: [(name: String, value: String)] = []
-        pairs.reserveCapacity(params.count)
-        for param in params {
-            if let wire = param.wire {
-                if let eq = wire.utf8.firstIndex(of: UInt8(ascii: "=")) {
-                    pairs.append((normalized(wire[..<eq]), normalized(wire[wire.utf8.index(after: eq)...])))
-                } else {
-                    pairs.append((normalized(wire[...]), ""))
-                }
-            } else {
-                pairs.append((percentEncode(param.name), percentEncode(param.value)))
-            }
+    /// ``keyCanonical(_:)`` written straight into a key being built, leaving out the params
+    /// named in `excluding`. Each kept pair is normalised (or percent-encoded) into one scratch
+    /// buffer and the pairs are ordered by their bytes: every piece is ASCII, where String
+    /// order is byte order. No string per name and value, no filtered copy of the list, and a
+    /// name is hashed against `excluding` only when some excluded name has its length.
+    static func writeKeyCanonical(_ params: [Param], excluding: Set<String> = [], into out: inout TextBuilder) {
+        /// A pair's place in the scratch bytes: the name is `start..<equals`, the value `equals..<end`.
+        struct Span {
+            var start: Int
+            var equals: Int
+            var end: Int
         }
-        if pairs.count > 1 { pairs.sort { a, b in a.name != b.name ? a.name < b.name : a.value < b.value } }
-        for index in pairs.indices {
-            if index > 0 { out.append("&" as StaticString) }
-            out.append(pairs[index].name)
-            out.append("=" as StaticString)
-            out.append(pairs[index].value)
+        var excludedLengths: UInt64 = 0
+        for name in excluding { excludedLengths |= 1 << UInt64(min(name.utf8.count, 63)) }
+        var scratch: [UInt8] = []
+        scratch.reserveCapacity(params.reduce(0) { $0 + ($1.wire?.utf8.count ?? 3 * ($1.name.utf8.count + $1.value.utf8.count)) + 8 })
+        var spans: [Span] = []
+        spans.reserveCapacity(params.count)
+        for param in params {
+            if excludedLengths & 1 << UInt64(min(param.name.utf8.count, 63)) != 0, excluding.contains(param.name) { continue }
+            let start = scratch.count
+            let equals: Int
+            if let wire = param.wire {
+                equals = wire.utf8.withContiguousStorageIfAvailable { appendNormalizedPair($0, to: &scratch) }
+                    ?? Array(wire.utf8).withUnsafeBufferPointer { appendNormalizedPair($0, to: &scratch) }
+            } else {
+                appendPercentEncoded(param.name, to: &scratch)
+                equals = scratch.count
+                appendPercentEncoded(param.value, to: &scratch)
+            }
+            spans.append(Span(start: start, equals: equals, end: scratch.count))
+        }
+        scratch.withUnsafeBufferPointer { bytes in
+            func piece(_ range: Range<Int>) -> UnsafeBufferPointer<UInt8> { UnsafeBufferPointer(rebasing: bytes[range]) }
+            if spans.count > 1 {
+                spans.sort { a, b in
+                    let names = order(piece(a.start..<a.equals), piece(b.start..<b.equals))
+                    return names != 0 ? names < 0 : order(piece(a.equals..<a.end), piece(b.equals..<b.end)) < 0
+                }
+            }
+            for (index, span) in spans.enumerated() {
+                if index > 0 { out.append("&" as StaticString) }
+                out.append(piece(span.start..<span.equals))
+                out.append("=" as StaticString)
+                out.append(piece(span.equals..<span.end))
+            }
         }
     }
 
@@ -182,12 +205,35 @@ public enum QueryString {
     /// controls, space, `"<>\^`{|}`, a `%` that starts no escape) escaped, as an IRI maps to a
     /// URI. Unreserved and reserved characters, `+` included, stay as written.
     static func normalized(_ text: Substring) -> String {
-        var needs = false
-        for b in text.utf8 where b == UInt8(ascii: "%") || !isURIByte(b) { needs = true; break }
-        if !needs { return String(text) }
-        let utf8 = Array(text.utf8)
         var out: [UInt8] = []
-        out.reserveCapacity(utf8.count + 8)
+        out.reserveCapacity(text.utf8.count + 8)
+        if text.utf8.withContiguousStorageIfAvailable({ appendNormalized($0, to: &out) }) == nil {
+            Array(text.utf8).withUnsafeBufferPointer { appendNormalized($0, to: &out) }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Byte order of `a` and `b`: negative, zero or positive.
+    private static func order(_ a: UnsafeBufferPointer<UInt8>, _ b: UnsafeBufferPointer<UInt8>) -> Int {
+        for i in 0..<min(a.count, b.count) where a[i] != b[i] { return Int(a[i]) - Int(b[i]) }
+        return a.count - b.count
+    }
+
+    /// A written `name=value` pair normalised into `out` (a pair without `=` is a name with an
+    /// empty value); returns where in `out` the value starts.
+    static func appendNormalizedPair(_ wire: UnsafeBufferPointer<UInt8>, to out: inout [UInt8]) -> Int {
+        guard let eq = wire.firstIndex(of: UInt8(ascii: "=")) else {
+            appendNormalized(wire, to: &out)
+            return out.count
+        }
+        appendNormalized(UnsafeBufferPointer(rebasing: wire[..<eq]), to: &out)
+        let equals = out.count
+        appendNormalized(UnsafeBufferPointer(rebasing: wire[(eq + 1)...]), to: &out)
+        return equals
+    }
+
+    /// ``normalized(_:)`` of `utf8`, appended to `out`.
+    static func appendNormalized(_ utf8: UnsafeBufferPointer<UInt8>, to out: inout [UInt8]) {
         var i = 0
         while i < utf8.count {
             let b = utf8[i]
@@ -196,18 +242,34 @@ public enum QueryString {
                 if isUnreserved(decoded) {
                     out.append(decoded)
                 } else {
-                    out.append(contentsOf: [UInt8(ascii: "%"), hexDigits[Int(h)], hexDigits[Int(l)]])
+                    out.append(UInt8(ascii: "%"))
+                    out.append(hexDigits[Int(h)])
+                    out.append(hexDigits[Int(l)])
                 }
                 i += 3
             } else if b == UInt8(ascii: "%") || !isURIByte(b) {
-                out.append(contentsOf: [UInt8(ascii: "%"), hexDigits[Int(b >> 4)], hexDigits[Int(b & 0x0F)]])
+                out.append(UInt8(ascii: "%"))
+                out.append(hexDigits[Int(b >> 4)])
+                out.append(hexDigits[Int(b & 0x0F)])
                 i += 1
             } else {
                 out.append(b)
                 i += 1
             }
         }
-        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// ``percentEncode(_:)`` of `text`, appended to `out`.
+    static func appendPercentEncoded(_ text: String, to out: inout [UInt8]) {
+        for b in text.utf8 {
+            if isUnreserved(b) {
+                out.append(b)
+            } else {
+                out.append(UInt8(ascii: "%"))
+                out.append(hexDigits[Int(b >> 4)])
+                out.append(hexDigits[Int(b & 0x0F)])
+            }
+        }
     }
 
     /// Encoded pairs as `k=v&k=v`.

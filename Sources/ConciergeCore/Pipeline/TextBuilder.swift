@@ -16,6 +16,16 @@ struct TextBuilder {
         text.withUTF8Buffer { bytes.append(contentsOf: $0) }
     }
 
+    var count: Int { bytes.count }
+
+    mutating func removeLast() {
+        bytes.removeLast()
+    }
+
+    mutating func append(_ piece: UnsafeBufferPointer<UInt8>) {
+        bytes.append(contentsOf: piece)
+    }
+
     mutating func append(_ number: Int) {
         if (0...9).contains(number) {
             bytes.append(UInt8(ascii: "0") + UInt8(number))

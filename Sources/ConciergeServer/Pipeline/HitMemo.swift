@@ -56,7 +56,9 @@ final class HitMemo: Sendable {
 
     /// The recipe for this request, if the same request was prepared under the same route and session.
     func recipe(for incoming: IncomingRequest, route: PreparedRequest.Route, session: SessionTokens?) -> Recipe? {
-        guard Self.eligible(incoming) else { return nil }
+        // The header bytes are counted when a recipe is remembered, not for every lookup: a
+        // probe too large to remember matches none (it is compared only with remembered ones).
+        guard Self.eligible(incoming, countingHeaderBytes: false) else { return nil }
         let probe = Probe(method: incoming.method, target: incoming.target, headers: incoming.headers)
         guard let recipe = recipes.withLock({ $0[probe] }), recipe.config === route.config, recipe.environment == route.environment,
               recipe.session == session else {
@@ -77,10 +79,11 @@ final class HitMemo: Sendable {
 
     var count: Int { recipes.withLock { $0.count } }
 
-    private static func eligible(_ incoming: IncomingRequest) -> Bool {
+    private static func eligible(_ incoming: IncomingRequest, countingHeaderBytes: Bool = true) -> Bool {
         guard !incoming.isSubRequest, incoming.target.utf8.count <= maxProbeBytes else { return false }
         if case .buffered(let body) = incoming.body, body.readableBytes > 0 { return false }
         if case .stream = incoming.body { return false }
+        guard countingHeaderBytes else { return true }
         var bytes = 0
         for (name, value) in incoming.headers { bytes += name.utf8.count + value.utf8.count }
         return bytes <= maxProbeBytes

@@ -26,11 +26,13 @@ enum RequestHeadCheck {
             return .error(501, "transfer coding '\(HTTPFieldSyntax.printable(codings))' is not supported (only a final chunked)")
         }
         let originForm = head.uri.utf8.first == UInt8(ascii: "/")
-        if originForm, fields.host.count == 1, let allowedHost, allowedHost.config === config, allowedHost.value == fields.host[0] {
+        if originForm, fields.hostCount == 1, let host = fields.firstHost, let allowedHost, allowedHost.config === config,
+           allowedHost.value == host {
             // This very `Host` was allowed under this configuration.
         } else {
-            if let refusal = targetRefusal(&head, hostFields: fields.host, config: config, responder: responder) { return refusal }
-            if originForm, fields.host.count == 1 { allowedHost = AllowedHost(value: fields.host[0], config: config) }
+            let hostFields = fields.hostCount == 1 ? [fields.firstHost ?? ""] : head.headers["host"]
+            if let refusal = targetRefusal(&head, hostFields: hostFields, config: config, responder: responder) { return refusal }
+            if originForm, fields.hostCount == 1, let host = fields.firstHost { allowedHost = AllowedHost(value: host, config: config) }
         }
         if let expectation = fields.expect, expectation.lowercased() != "100-continue" {
             return .error(417, "unsupported expectation")
@@ -49,10 +51,12 @@ enum RequestHeadCheck {
     }
 
     /// What the checks read from the header block, gathered in one pass (this runs on every
-    /// request, hits included).
+    /// request, hits included): the first `Host` and their count, not a list (an allocation
+    /// per request); the rare second one is read again from the head.
     private struct Fields {
         var headerBytes: Int
-        var host: [String] = []
+        var firstHost: String?
+        var hostCount = 0
         var transferEncoding: [String] = []
         var expect: String?
         var underscored = false
@@ -62,7 +66,9 @@ enum RequestHeadCheck {
             for (name, value) in head.headers {
                 headerBytes += name.utf8.count + value.utf8.count + 4
                 switch name.utf8.count {
-                case 4 where ASCIICase.equals(name, lowercase: "host"): host.append(value)
+                case 4 where ASCIICase.equals(name, lowercase: "host"):
+                    if hostCount == 0 { firstHost = value }
+                    hostCount += 1
                 case 6 where ASCIICase.equals(name, lowercase: "expect"): expect = expect ?? value
                 case 17 where ASCIICase.equals(name, lowercase: "transfer-encoding"): transferEncoding.append(value)
                 default: break

@@ -43,8 +43,11 @@ struct UpstreamWireRequest: Sendable {
             guard allBytes(of: value, satisfy: { $0 >= 0x20 ? $0 != 0x7F : $0 == 0x09 }) else {
                 throw Invalid(description: "the value of \(name) holds a control character")
             }
-            if ASCIICase.equals(name, lowercase: "host") { hasHost = true }
-            if ASCIICase.equals(name, lowercase: "connection") { closeAfter = closeAfter || asksToClose(value) }
+            switch name.utf8.count {
+            case 4 where ASCIICase.equals(name, lowercase: "host"): hasHost = true
+            case 10 where ASCIICase.equals(name, lowercase: "connection"): closeAfter = closeAfter || asksToClose(value)
+            default: break
+            }
         }
         let httpMethod = HTTPMethod(rawValue: method)
         let contentLength: Int?
@@ -61,8 +64,7 @@ struct UpstreamWireRequest: Sendable {
     }
 
     private static func allBytes(of text: String, satisfy predicate: (UInt8) -> Bool) -> Bool {
-        var text = text
-        return text.withUTF8 { $0.allSatisfy(predicate) }
+        text.utf8.withContiguousStorageIfAvailable { $0.allSatisfy(predicate) } ?? text.utf8.allSatisfy(predicate)
     }
 
     /// Fields the pool sets itself from the body (lowercase).
@@ -73,7 +75,7 @@ struct UpstreamWireRequest: Sendable {
     }
 
     /// RFC 9110 §5.6.2: one or more tchar (``HTTPFieldSyntax/isTokenCharacter(_:)``), read
-    /// through `withUTF8`.
+    /// over the string's own bytes.
     static func isToken(_ text: String) -> Bool {
         !text.isEmpty && allBytes(of: text, satisfy: HTTPFieldSyntax.isTokenCharacter)
     }
