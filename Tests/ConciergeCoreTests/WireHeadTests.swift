@@ -43,4 +43,30 @@ struct WireHeadTests {
             }
         }
     }
+
+    @Test("the reserved size bounds what is written, for every start line, leading field, omission, extra line and framing")
+    func reservedBoundsWritten() {
+        let starts: [WireHead.StartLine] = [.status(.http1_1, 200), .status(.http1_0, 599), .status(HTTPVersion(major: 9, minor: 99), 100),
+                                            .request(method: "GET", target: "/"), .request(method: "M-SEARCH", target: "/a?" + String(repeating: "q", count: 900))]
+        let fieldSets: [HTTPHeaders] = [[:], ["A": ""], ["Content-Length": "1", "Connection": "close", "X": String(repeating: "v", count: 3000)]]
+        var checked = 0
+        for start in starts {
+            for fields in fieldSets {
+                for omitting in [[], WireHead.lengthAndConnectionFields] {
+                    for leading: (name: StaticString, value: String)? in [nil, ("Host", "h:1")] {
+                        for (length, closes, ends) in [(nil, false, true), (Int.max, true, false), (0, true, true)] {
+                            let head = WireHead(start, leading: leading, fields: fields, omitting: omitting, extra: "X-Cache: HIT\r\n",
+                                                contentLength: length, closes: closes, ends: ends)
+                            var count = WireByteCount()
+                            head.emit(into: &count)
+                            #expect(head.maxByteCount >= count.count)
+                            #expect(head.bytes().readableBytes == count.count)
+                            checked += 1
+                        }
+                    }
+                }
+            }
+        }
+        #expect(checked == 5 * 3 * 2 * 2 * 3)
+    }
 }

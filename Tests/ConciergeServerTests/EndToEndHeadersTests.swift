@@ -29,4 +29,39 @@ struct EndToEndHeadersTests {
         let out = HopByHopFields.endToEnd(headers, dropping: ["content-length", "server"])
         #expect(out.map(\.name) == ["Servers", "Serve", "Date"])
     }
+
+    /// The definition, written plainly: every field whose name is hop-by-hop, extra, or listed
+    /// by any `Connection` value is dropped.
+    private func reference(_ headers: HTTPHeaders, dropping extra: [String]) -> [String] {
+        let listed = headers.filter { $0.name.lowercased() == "connection" }.flatMap { FieldList.elements($0.value) }
+        return headers.filter { field in
+            let name = field.name.lowercased()
+            return !HopByHopFields.contains(field.name) && !extra.contains(name) && !listed.contains(name)
+        }.map { "\($0.name): \($0.value)" }
+    }
+
+    @Test("one pass agrees with the definition over Connection values (keep-alive, close, lists, spacing, case) and fields")
+    func agreesWithDefinition() {
+        let connections = [nil, "keep-alive", "Keep-Alive", "close", "CLOSE", " keep-alive", "keep-alive, x-a", "x-a,close", "te, Upgrade", ""]
+        let fieldSets: [[(String, String)]] = [
+            [], [("X-A", "1"), ("Close", "2"), ("Keep-Alive", "timeout=5")], [("x-a", "1"), ("Server", "s"), ("X-B", "2"), ("close", "3")],
+        ]
+        var checked = 0
+        for first in connections {
+            for second in connections {
+                for fields in fieldSets {
+                    var list = fields
+                    if let first { list.insert(("Connection", first), at: 0) }
+                    if let second { list.append(("connection", second)) }
+                    let headers = HTTPHeaders(list)
+                    for extra in [[], ["server"]] {
+                        #expect(HopByHopFields.endToEnd(headers, dropping: extra).map { "\($0.name): \($0.value)" }
+                            == reference(headers, dropping: extra), "\(list) \(extra)")
+                        checked += 1
+                    }
+                }
+            }
+        }
+        #expect(checked == 10 * 10 * 3 * 2)
+    }
 }

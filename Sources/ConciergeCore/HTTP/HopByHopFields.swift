@@ -20,22 +20,25 @@ public enum HopByHopFields {
     }
 
     /// Copies end-to-end headers, dropping hop-by-hop ones, those `Connection` names and
-    /// `extra` (lowercase names). Runs twice per exchange: names are compared by bytes,
-    /// ignoring ASCII case, without lowercased copies, sets or a list of the `Connection`
-    /// names (usually `keep-alive` or `close`, hop-by-hop anyway).
+    /// `extra` (lowercase names). Runs twice per exchange: one pass over the fields, names
+    /// compared by bytes, ignoring ASCII case, without lowercased copies or sets. A `Connection`
+    /// value of just `keep-alive` (the usual one) names only a field dropped anyway; the others
+    /// (`close` names a field called `Close`, RFC 9110 §7.6.1) are read after the pass.
     public static func endToEnd(_ headers: HTTPHeaders, dropping extra: [String] = []) -> HTTPHeaders {
-        var connection: [String] = []
-        for (name, value) in headers where name.utf8.count == 10 && ASCIICase.equals(name, lowercase: "connection") {
-            connection.append(value)
-        }
         // Built as a list, then wrapped: `HTTPHeaders.add` checks each name again, and
         // `remove(name:)` rewrites the whole list per name.
         var kept: [(String, String)] = []
         kept.reserveCapacity(headers.count)
-        for (name, value) in headers
-        where !contains(name) && !ASCIICase.equalsAny(name, lowercase: extra) && !connection.contains(where: { FieldList.lists(name, in: $0) }) {
+        var naming: [String] = []
+        for (name, value) in headers {
+            if name.utf8.count == 10, ASCIICase.equals(name, lowercase: "connection") {
+                if !ASCIICase.equals(value, lowercase: "keep-alive") { naming.append(value) }
+                continue
+            }
+            if contains(name) || ASCIICase.equalsAny(name, lowercase: extra) { continue }
             kept.append((name, value))
         }
+        if !naming.isEmpty { kept.removeAll { field in naming.contains { FieldList.lists(field.0, in: $0) } } }
         return kept.count == headers.count ? headers : HTTPHeaders(kept)
     }
 }

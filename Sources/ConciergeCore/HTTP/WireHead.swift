@@ -5,9 +5,8 @@ import NIOHTTP1
 /// lines, header fields and framing for every head Concierge writes itself (its replies, the
 /// heads of cached entries, the header-timeout 408, requests to pooled upstreams).
 ///
-/// ``write(to:)`` sizes the head with the same code that writes it (``emit(into:)`` over a
-/// ``WireByteCount``, then over ``WireText``), reserves exactly that, and writes it in one
-/// pass. Fields named in ``omitting`` are left out of ``fields``: framing the head sets itself
+/// ``write(to:)`` reserves an upper bound of the head's size (``maxByteCount``: the pieces'
+/// lengths, no name compared) and writes it in one pass (``emit(into:)`` over ``WireText``). Fields named in ``omitting`` are left out of ``fields``: framing the head sets itself
 /// (`Content-Length`, `Connection`) or what varies per use (a cached reply's `Age`).
 ///
 /// - Important: the fields are written as they are. Callers pass fields that are valid
@@ -49,10 +48,30 @@ public struct WireHead {
     /// Appends the head to `buffer`, reserving `followedBy` more bytes for what comes after it
     /// (a body written into the same buffer).
     public func write(to buffer: inout ByteBuffer, followedBy: Int = 0) {
-        var count = WireByteCount()
-        emit(into: &count)
-        buffer.reserveCapacity(minimumWritableBytes: count.count + followedBy)
-        WireText.append(to: &buffer, capacity: count.count) { emit(into: &$0) }
+        let capacity = maxByteCount
+        buffer.reserveCapacity(minimumWritableBytes: capacity + followedBy)
+        WireText.append(to: &buffer, capacity: capacity) { emit(into: &$0) }
+    }
+
+    /// At least as many bytes as ``emit(into:)`` writes, read off the pieces' lengths in one
+    /// pass over the fields without comparing names (an omitted field counts as written):
+    /// what ``write(to:followedBy:)`` reserves. Numbers count as 20 digits, the most an `Int` has.
+    public var maxByteCount: Int {
+        let number = 20
+        var count: Int
+        switch start {
+        case .status(_, let code):
+            count = "HTTP/. \r\n".utf8.count + 3 * number + 1 + HTTPResponseStatus(statusCode: code).reasonPhrase.utf8.count
+        case .request(let method, let target):
+            count = method.utf8.count + " HTTP/1.1\r\n".utf8.count + 1 + target.utf8.count
+        }
+        if let leading { count += leading.name.utf8CodeUnitCount + leading.value.utf8.count + 4 }
+        count += WireText.size(of: fields)
+        if let extra { count += extra.utf8CodeUnitCount }
+        if contentLength != nil { count += "Content-Length: \r\n".utf8.count + number }
+        if closes { count += "Connection: close\r\n".utf8.count }
+        if ends { count += 2 }
+        return count
     }
 
     /// The head in a buffer of its own, with room for `followedBy` more bytes.

@@ -159,8 +159,22 @@ public final class ProxyPipeline: Sendable {
     static func withStatus(_ answer: ProxyAnswer, _ status: CacheStatus, _ cacheStatus: String) -> ProxyAnswer {
         var answer = answer
         answer.report.cache = status
-        answer.reply.headers.replaceOrAdd(name: "X-Cache", value: status.rawValue)
-        answer.reply.headers.replaceOrAdd(name: "Cache-Status", value: cacheStatus)
+        // Replaced when the upstream sent either (one look at the names' lengths first, as
+        // each `replaceOrAdd` compares every name), else added.
+        let sentEither = answer.reply.headers.contains { name, _ in
+            switch name.utf8.count {
+            case 7: ASCIICase.equals(name, lowercase: "x-cache")
+            case 12: ASCIICase.equals(name, lowercase: "cache-status")
+            default: false
+            }
+        }
+        if sentEither {
+            answer.reply.headers.replaceOrAdd(name: "X-Cache", value: status.rawValue)
+            answer.reply.headers.replaceOrAdd(name: "Cache-Status", value: cacheStatus)
+        } else {
+            answer.reply.headers.add(name: "X-Cache", value: status.rawValue)
+            answer.reply.headers.add(name: "Cache-Status", value: cacheStatus)
+        }
         return answer
     }
 
