@@ -1,4 +1,4 @@
-import ConciergeCore
+@testable import ConciergeCore
 import Testing
 
 @Suite("JSON scan (code-only envelope read)")
@@ -70,5 +70,42 @@ struct JSONScanTests {
         // Refused by the scan, accepted by the full parser: the full parser decides.
         let deep = "{\"code\":1,\"d\":" + String(repeating: "[", count: 300) + String(repeating: "]", count: 300) + "}"
         #expect(JSONScan.envelope(codePath: "code", in: Array(deep.utf8)) == JSONValue.parse(deep))
+    }
+}
+
+@Suite("JSON scan: strings read sixteen bytes at a time")
+struct JSONScanBlockTests {
+    @Test("a block is special exactly when one of its bytes is a control, non-ASCII, a quote or a backslash, at any position")
+    func blockTest() {
+        let plain = SIMD16<UInt8>(repeating: UInt8(ascii: "a"))
+        #expect(!JSONScan.Scanner.hasSpecialByte(plain))
+        for byte in UInt8.min...UInt8.max {
+            let special = byte < 0x20 || byte >= 0x80 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\")
+            for position in 0..<16 {
+                var block = plain
+                block[position] = byte
+                #expect(JSONScan.Scanner.hasSpecialByte(block) == special, "byte \(byte) at \(position)")
+            }
+        }
+    }
+
+    @Test("strings of 0–48 bytes with an escape, a UTF-8 character, a control or a cut at every position scan as the parser reads them")
+    func everyPosition() {
+        let insertions = ["\\n", "\\u00e9", "é", "\\\"", "\u{01}", "\\x"]
+        for length in 0...48 {
+            for position in 0...length {
+                for insertion in insertions {
+                    var text = String(repeating: "p", count: length)
+                    text.insert(contentsOf: insertion, at: text.index(text.startIndex, offsetBy: position))
+                    let json = "{\"code\":\"\(text)\",\"n\":1}"
+                    let expected = JSONValue.parse(Array(json.utf8))?[path: "code"]
+                    switch JSONScan.value(at: "code", in: Array(json.utf8)) {
+                    case .found(let value): #expect(value == expected, "\(json)")
+                    case .missing: Issue.record("missing in \(json)")
+                    case .notJSON: #expect(expected == nil, "\(json)")
+                    }
+                }
+            }
+        }
     }
 }

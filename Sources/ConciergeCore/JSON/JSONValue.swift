@@ -149,7 +149,7 @@ public enum JSONValue: Sendable, Hashable {
     /// The value at a dotted path (`data.result.id`); array elements by index (`data.list.0`).
     public subscript(path path: String) -> JSONValue? {
         if path.isEmpty { return self }
-        if case .object(let members) = self, !path.utf8.contains(UInt8(ascii: ".")) {
+        if case .object(let members) = self, !StringBytes.contains(UInt8(ascii: "."), in: path) {
             // One member (`code`, `errcode`): no split, no copies of the name.
             return members[path]
         }

@@ -8,6 +8,10 @@ public enum QueryString {
         // One pass over the bytes (`&` and `=` are ASCII): every cacheable request parses its query.
         return text.withUTF8 { bytes in
             var out: [Param] = []
+            // One allocation for the list, not one per doubling.
+            var pieces = 1
+            for byte in bytes where byte == UInt8(ascii: "&") { pieces += 1 }
+            out.reserveCapacity(pieces)
             var start = 0
             while start < bytes.count {
                 var end = start

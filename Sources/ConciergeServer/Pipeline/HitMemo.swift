@@ -81,8 +81,11 @@ final class HitMemo: Sendable {
 
     private static func eligible(_ incoming: IncomingRequest, countingHeaderBytes: Bool = true) -> Bool {
         guard !incoming.isSubRequest, incoming.target.utf8.count <= maxProbeBytes else { return false }
-        if case .buffered(let body) = incoming.body, body.readableBytes > 0 { return false }
-        if case .stream = incoming.body { return false }
+        switch incoming.body {
+        case .buffered(let body) where body.readableBytes > 0: return false
+        case .buffered: break
+        case .stream: return false
+        }
         guard countingHeaderBytes else { return true }
         var bytes = 0
         for (name, value) in incoming.headers { bytes += name.utf8.count + value.utf8.count }

@@ -73,7 +73,7 @@ enum RequestHeadCheck {
                 case 17 where ASCIICase.equals(name, lowercase: "transfer-encoding"): transferEncoding.append(value)
                 default: break
                 }
-                if !underscored, name.utf8.contains(UInt8(ascii: "_")) { underscored = true }
+                if !underscored, StringBytes.contains(UInt8(ascii: "_"), in: name) { underscored = true }
             }
         }
     }

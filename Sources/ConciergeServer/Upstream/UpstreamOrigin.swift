@@ -59,12 +59,9 @@ struct UpstreamOrigin: Hashable, Sendable, CustomStringConvertible {
         private let last = ThreadSpecificVariable<Last>()
 
         func parse(_ url: String, caFile: String?) -> (origin: UpstreamOrigin, target: String)? {
-            if let last = last.currentValue, last.origin.caFile == (last.origin.isTLS ? caFile : nil), url.hasPrefix(last.prefix) {
-                let rest = url.utf8.dropFirst(last.prefix.utf8.count)
-                // A target as the full parse leaves it: starts with `/`, no fragment.
-                if rest.first == UInt8(ascii: "/"), !rest.contains(UInt8(ascii: "#")) {
-                    return (last.origin, String(Substring(rest)))
-                }
+            if let last = last.currentValue, last.origin.caFile == (last.origin.isTLS ? caFile : nil),
+               let target = Self.target(of: url, after: last.prefix) {
+                return (last.origin, target)
             }
             guard let parsed = UpstreamOrigin.parse(url, caFile: caFile) else { return nil }
             let scheme = parsed.origin.isTLS ? "https://" : "http://"
@@ -73,6 +70,21 @@ struct UpstreamOrigin: Hashable, Sendable, CustomStringConvertible {
                 last.currentValue = Last(prefix: scheme + parsed.origin.authority, origin: parsed.origin)
             }
             return parsed
+        }
+
+        /// The rest of `url` after `prefix` when it is a target as the full parse leaves it
+        /// (starts with `/`, no fragment), read over both strings' bytes.
+        static func target(of url: String, after prefix: String) -> String? {
+            var (url, prefix) = (url, prefix)
+            return url.withUTF8 { url in
+                prefix.withUTF8 { prefix -> String? in
+                    guard url.count > prefix.count, url[prefix.count] == UInt8(ascii: "/"),
+                          UnsafeBufferPointer(rebasing: url[..<prefix.count]).elementsEqual(prefix) else { return nil }
+                    let rest = UnsafeBufferPointer(rebasing: url[prefix.count...])
+                    for byte in rest where byte == UInt8(ascii: "#") { return nil }
+                    return String(decoding: rest, as: UTF8.self)
+                }
+            }
         }
     }
 
