@@ -201,12 +201,10 @@ public enum JSONScan {
             var escaped = false
             let raw = UnsafeRawBufferPointer(bytes)
             while index < bytes.count {
-                // Sixteen plain bytes (printable ASCII but `"` and `\`) at a time, then eight:
-                // one vector test instead of a switch per byte; the first block with anything
-                // else goes byte by byte, from its first byte.
-                while index &+ 16 <= bytes.count, !Self.hasSpecialByte(raw.loadUnaligned(fromByteOffset: index, as: SIMD16<UInt8>.self)) {
-                    index &+= 16
-                }
+                // Eight plain bytes (printable ASCII but `"` and `\`) at a time: one test per
+                // word instead of a switch per byte; the first word with anything else goes
+                // byte by byte, from its first byte. (A `SIMD16<UInt8>` test was tried: its
+                // generic operators made the scan twelve times slower.)
                 if index &+ 8 <= bytes.count, !Self.hasSpecialByte(raw.loadUnaligned(fromByteOffset: index, as: UInt64.self)) {
                     index &+= 8
                     continue
@@ -239,12 +237,6 @@ public enum JSONScan {
             func hasZero(_ v: UInt64) -> UInt64 { (v &- ones) & ~v & highs }
             let control = (word &- ones &* 0x20) & ~word & highs  // a byte below 0x20 (bytes below 0x80)
             return (word & highs) | control | hasZero(word ^ (ones &* 0x22)) | hasZero(word ^ (ones &* 0x5C)) != 0
-        }
-
-        /// Whether any of the sixteen bytes is below 0x20, at or above 0x80, `"` or `\`.
-        @inline(__always)
-        static func hasSpecialByte(_ block: SIMD16<UInt8>) -> Bool {
-            any((block .< 0x20) .| (block .>= 0x80) .| (block .== 0x22) .| (block .== 0x5C))
         }
 
         /// `\x` escapes; `\u` surrogates must pair.
