@@ -85,11 +85,16 @@ final class UpstreamLoopPool {
         finish(id, .failure(failure))
     }
 
+    /// The origin of the last request: nearly every request goes where the one before went,
+    /// and comparing is cheaper than hashing the key (its host, port, scheme and CA file).
+    private var lastOrigin: Origin?
+
     private func origin(_ key: UpstreamOrigin) -> Origin {
-        if let origin = origins[key] { return origin }
-        let origin = Origin(key: key, limits: .init(maxConnections: configuration.maxConnectionsPerOrigin,
-                                                     maxWaiting: configuration.maxWaitingPerOrigin))
+        if let last = lastOrigin, last.key == key { return last }
+        let origin = origins[key] ?? Origin(key: key, limits: .init(maxConnections: configuration.maxConnectionsPerOrigin,
+                                                                     maxWaiting: configuration.maxWaitingPerOrigin))
         origins[key] = origin
+        lastOrigin = origin
         return origin
     }
 
