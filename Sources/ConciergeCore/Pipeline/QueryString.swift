@@ -99,15 +99,7 @@ public enum QueryString {
         if !needs { return text }
         var out: [UInt8] = []
         out.reserveCapacity(text.utf8.count * 3)
-        for b in text.utf8 {
-            if isUnreserved(b) {
-                out.append(b)
-            } else {
-                out.append(UInt8(ascii: "%"))
-                out.append(hexDigits[Int(b >> 4)])
-                out.append(hexDigits[Int(b & 0x0F)])
-            }
-        }
+        appendPercentEncoded(text, to: &out)
         return String(decoding: out, as: UTF8.self)
     }
 
