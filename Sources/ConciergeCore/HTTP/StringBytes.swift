@@ -5,12 +5,12 @@ public enum StringBytes {
     /// Whether `text` holds `byte`.
     @inlinable
     public static func contains(_ byte: UInt8, in text: String) -> Bool {
-        if let found = text.utf8.withContiguousStorageIfAvailable({ bytes in
-            for b in bytes where b == byte { return true }
-            return false
-        }) {
-            return found
-        }
-        return text.utf8.contains(byte)
+        !allSatisfy(in: text) { $0 != byte }
+    }
+
+    /// Whether every byte of `text` satisfies `predicate`.
+    @inlinable
+    public static func allSatisfy(in text: String, _ predicate: (UInt8) -> Bool) -> Bool {
+        text.utf8.withContiguousStorageIfAvailable { $0.allSatisfy(predicate) } ?? text.utf8.allSatisfy(predicate)
     }
 }

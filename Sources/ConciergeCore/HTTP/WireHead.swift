@@ -6,7 +6,8 @@ import NIOHTTP1
 /// heads of cached entries, the header-timeout 408, requests to pooled upstreams).
 ///
 /// ``write(to:)`` reserves an upper bound of the head's size (``maxByteCount``: the pieces'
-/// lengths, no name compared) and writes it in one pass (``emit(into:)`` over ``WireText``). Fields named in ``omitting`` are left out of ``fields``: framing the head sets itself
+/// lengths, no name compared) and writes it in one pass (``emit(into:)`` over ``WireText``).
+/// Fields named in ``omitting`` are left out of ``fields``: framing the head sets itself
 /// (`Content-Length`, `Connection`) or what varies per use (a cached reply's `Age`).
 ///
 /// - Important: the fields are written as they are. Callers pass fields that are valid

@@ -60,8 +60,8 @@ public struct WireText: WireSink {
     }
 }
 
-/// Where HTTP/1.1 text goes: the wire (``WireText``) or a count of its bytes (``WireByteCount``),
-/// so one function both sizes a head and writes it, and the two can never disagree.
+/// Where HTTP/1.1 text goes: the wire (``WireText``) or a count of its bytes (``WireByteCount``,
+/// which checks that what a head reserves, ``WireHead/maxByteCount``, covers what it writes).
 public protocol WireSink {
     mutating func put(_ text: String)
     mutating func put(_ text: StaticString)

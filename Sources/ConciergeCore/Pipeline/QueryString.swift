@@ -140,7 +140,7 @@ public enum QueryString {
 
     /// The cache key's parameter string: pairs sorted as in ``canonical(_:)``, but each in its
     /// written form normalised only where RFC 3986 §6.2.2 calls two forms equivalent
-    /// (``normalized(_:)``), so `%FF` and `%FE`, or two GBK words, stay apart.
+    /// (``appendNormalized(_:to:)``), so `%FF` and `%FE`, or two GBK words, stay apart.
     public static func keyCanonical<S: Sequence>(_ params: S) -> String where S.Element == Param {
         var out = TextBuilder(capacity: 64)
         writeKeyCanonical(Array(params), into: &out)
@@ -196,19 +196,6 @@ public enum QueryString {
         }
     }
 
-    /// RFC 3986 §6.2.2 normalisation of written text: hex digits of escapes upper-cased,
-    /// escaped unreserved characters decoded, and bytes a URI cannot hold raw (outside ASCII,
-    /// controls, space, `"<>\^`{|}`, a `%` that starts no escape) escaped, as an IRI maps to a
-    /// URI. Unreserved and reserved characters, `+` included, stay as written.
-    static func normalized(_ text: Substring) -> String {
-        var out: [UInt8] = []
-        out.reserveCapacity(text.utf8.count + 8)
-        if text.utf8.withContiguousStorageIfAvailable({ appendNormalized($0, to: &out) }) == nil {
-            Array(text.utf8).withUnsafeBufferPointer { appendNormalized($0, to: &out) }
-        }
-        return String(decoding: out, as: UTF8.self)
-    }
-
     /// Byte order of `a` and `b`: negative, zero or positive.
     private static func order(_ a: UnsafeBufferPointer<UInt8>, _ b: UnsafeBufferPointer<UInt8>) -> Int {
         for i in 0..<min(a.count, b.count) where a[i] != b[i] { return Int(a[i]) - Int(b[i]) }
@@ -228,7 +215,10 @@ public enum QueryString {
         return equals
     }
 
-    /// ``normalized(_:)`` of `utf8`, appended to `out`.
+    /// RFC 3986 §6.2.2 normalisation of written text: hex digits of escapes upper-cased,
+    /// escaped unreserved characters decoded, and bytes a URI cannot hold raw (outside ASCII,
+    /// controls, space, `"<>\^`{|}`, a `%` that starts no escape) escaped, as an IRI maps to a
+    /// URI. Unreserved and reserved characters, `+` included, stay as written. Appended to `out`.
     static func appendNormalized(_ utf8: UnsafeBufferPointer<UInt8>, to out: inout [UInt8]) {
         var i = 0
         while i < utf8.count {

@@ -32,7 +32,7 @@ struct UpstreamWireRequest: Sendable {
     static func encode(method: String, target: String, authority: String, headers: HTTPHeaders,
                        body: ByteBuffer?) throws(Invalid) -> UpstreamWireRequest {
         guard isToken(method) else { throw Invalid(description: "the method is not a token") }
-        guard !target.isEmpty, allBytes(of: target, satisfy: { $0 > 0x20 && $0 != 0x7F }) else {
+        guard !target.isEmpty, StringBytes.allSatisfy(in: target, { $0 > 0x20 && $0 != 0x7F }) else {
             throw Invalid(description: "the request target holds a space or a control character")
         }
         let bodyLength = body?.readableBytes ?? 0
@@ -40,7 +40,7 @@ struct UpstreamWireRequest: Sendable {
         var closeAfter = false
         for (name, value) in headers {
             guard isToken(name) else { throw Invalid(description: "a header field name is not a token") }
-            guard allBytes(of: value, satisfy: { $0 >= 0x20 ? $0 != 0x7F : $0 == 0x09 }) else {
+            guard StringBytes.allSatisfy(in: value, { $0 >= 0x20 ? $0 != 0x7F : $0 == 0x09 }) else {
                 throw Invalid(description: "the value of \(name) holds a control character")
             }
             switch name.utf8.count {
@@ -63,10 +63,6 @@ struct UpstreamWireRequest: Sendable {
         return UpstreamWireRequest(method: httpMethod, target: target, bytes: bytes, closeAfter: closeAfter)
     }
 
-    private static func allBytes(of text: String, satisfy predicate: (UInt8) -> Bool) -> Bool {
-        text.utf8.withContiguousStorageIfAvailable { $0.allSatisfy(predicate) } ?? text.utf8.allSatisfy(predicate)
-    }
-
     /// Fields the pool sets itself from the body (lowercase).
     private static let framing = ["content-length", "transfer-encoding"]
 
@@ -77,6 +73,6 @@ struct UpstreamWireRequest: Sendable {
     /// RFC 9110 §5.6.2: one or more tchar (``HTTPFieldSyntax/isTokenCharacter(_:)``), read
     /// over the string's own bytes.
     static func isToken(_ text: String) -> Bool {
-        !text.isEmpty && allBytes(of: text, satisfy: HTTPFieldSyntax.isTokenCharacter)
+        !text.isEmpty && StringBytes.allSatisfy(in: text, HTTPFieldSyntax.isTokenCharacter)
     }
 }
