@@ -96,7 +96,8 @@ def threads_sample(pid, out, ready, interval=0.25):
 # after their root queue, so "com.apple.root.default-qos[.overcommit]" shows as its tail).
 GROUPS = [
     (re.compile(r"^NIO-"), "event loops", "NIO event loop threads (HTTP in and out)"),
-    (re.compile(r"qos\.overcommit$|overcommit"), "writer", "dispatch overcommit workers: serial queues, i.e. GRDB's writer queue (cache writer, SQLite)"),
+    (re.compile(r"^cache-writer$"), "writer", "the cache writer's own thread (SQLite commits, eviction)"),
+    (re.compile(r"qos\.overcommit$|overcommit"), "serial queues", "dispatch overcommit workers: serial queues (GRDB's reader queues)"),
     (re.compile(r"default-qos$"), "task pool", "dispatch default-qos workers: Swift concurrency tasks (pipeline)"),
 ]
 

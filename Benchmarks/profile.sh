@@ -8,7 +8,7 @@
 # (HIT: one cached URL; MISS: a unique query per request) `wrk -t1 -c64` runs while
 # `perf record -e cpu-clock -g -p PID` samples the daemon for DURATION. Prints the TOP (10)
 # symbols by self time (perf report --no-children), the share of each thread group, and for
-# the MISS load the top symbols on the cache writer's threads. In a container without
+# the MISS load the top symbols on the cache writer's thread. In a container without
 # hardware counters cpu-clock (a timer) is what perf can sample; PERF_EVENT overrides it.
 # The Swift runtime has no frame pointers: PERF_CALLGRAPH="--call-graph dwarf" gives callers
 # of swift_retain and the like (larger files; keep DURATION short).
@@ -168,8 +168,8 @@ if [ "$PROFILER" != callgrind ] && [ "$perf_ok" = 1 ]; then
             perf report -i "$OUT_DIR/perf-$kind.data" --stdio --no-children -g none --sort comm 2>/dev/null \
                 | grep -E '^ +[0-9]' | sed 's/^/  /'
             if [ "$kind" = MISS ]; then
-                echo "  top symbols on the writer threads (-qos.overcommit: libdispatch workers of serial queues, where GRDB's writer queue runs; % of all samples):"
-                perf report -i "$OUT_DIR/perf-$kind.data" --stdio --no-children -g none --comms=-qos.overcommit --sort dso,sym 2>/dev/null \
+                echo "  top symbols on the writer thread (cache-writer; % of all samples):"
+                perf report -i "$OUT_DIR/perf-$kind.data" --stdio --no-children -g none --comms=cache-writer --sort dso,sym 2>/dev/null \
                     | grep -E '^ +[0-9]' | awk 'NR <= 8' | demangle | cut -c1-200 | sed 's/^/  /'
             fi
         } | say

@@ -37,8 +37,15 @@ public final class CacheStore: Sendable {
 
     /// `encodeHead` encodes an entry's head at its first lookup in the hot tier (`nil`: hits build
     /// their head); `clock` is the time entries are stored and judged by.
-    public init(database: StorageDatabase, maxBytes: Int, memoryBytes: Int, logger: Logger,
-                encodeHead: (@Sendable (CacheEntry) -> EncodedHead?)? = nil, clock: WallClock = .system) throws {
+    public convenience init(database: StorageDatabase, maxBytes: Int, memoryBytes: Int, logger: Logger,
+                            encodeHead: (@Sendable (CacheEntry) -> EncodedHead?)? = nil, clock: WallClock = .system) throws {
+        try self.init(database: database, maxBytes: maxBytes, memoryBytes: memoryBytes, logger: logger, encodeHead: encodeHead,
+                      clock: clock, groupCommitDelay: CacheWriter.defaultGroupCommitDelay)
+    }
+
+    /// - Parameter groupCommitDelay: how long a few queued puts wait for more (tests make it long).
+    init(database: StorageDatabase, maxBytes: Int, memoryBytes: Int, logger: Logger,
+         encodeHead: (@Sendable (CacheEntry) -> EncodedHead?)?, clock: WallClock, groupCommitDelay: Duration) throws {
         self.database = database
         self.maxBytes = maxBytes
         // The daemon's tier (it encodes heads) counts what each entry's allocations take too.
@@ -49,7 +56,7 @@ public final class CacheStore: Sendable {
         let index = SharedKeyIndex(KeyIndex(loadingUpTo: ceiling))
         reader = CacheReader(database: database, hot: hot, index: index, accesses: AccessLog(), clock: clock,
                              logger: logger, encodeHead: encodeHead)
-        writer = CacheWriter(reader: reader, maxBytes: maxBytes)
+        writer = CacheWriter(reader: reader, maxBytes: maxBytes, groupCommitDelay: groupCommitDelay)
     }
 
     // MARK: Reads

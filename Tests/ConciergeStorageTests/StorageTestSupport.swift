@@ -79,9 +79,11 @@ final class StoreFixture: Sendable {
     let store: CacheStore
     let writer: Task<Void, Never>
 
-    init(path: String, maxBytes: Int = 64 << 20, memoryBytes: Int = 8 << 20, clock: WallClock = .system) throws {
+    init(path: String, maxBytes: Int = 64 << 20, memoryBytes: Int = 8 << 20, clock: WallClock = .system,
+         groupCommitDelay: Duration = CacheWriter.defaultGroupCommitDelay) throws {
         database = try StorageDatabase(path: path, logger: quietLogger)
-        let store = try CacheStore(database: database, maxBytes: maxBytes, memoryBytes: memoryBytes, logger: quietLogger, clock: clock)
+        let store = try CacheStore(database: database, maxBytes: maxBytes, memoryBytes: memoryBytes, logger: quietLogger, encodeHead: nil,
+                                   clock: clock, groupCommitDelay: groupCommitDelay)
         self.store = store
         writer = Task { await store.run() }
     }

@@ -22,17 +22,17 @@ extension CacheWriter {
     /// Evicts least recently used entries in bounded slices until the cached bytes are under
     /// the low-water mark and the file with its WAL under `maxBytes`. A pass stops after
     /// ``evictionPassTime`` (and at once on shutdown) and wakes the writer to go on later.
-    func evict() async {
+    func evict() {
         let passEnd = ContinuousClock.now + Self.evictionPassTime
         var removedEntries = 0
         var finished = false
         do {
             // A WAL left large by a burst of writes may be all the excess.
-            try await database.pool.writeWithoutTransaction { db in _ = try? db.checkpoint(.truncate) }
+            database.pool.writeWithoutTransaction { db in _ = try? db.checkpoint(.truncate) }
             while !isStopping {
                 let fileExcess = database.fileBytes - maxBytes / 10 * 9
                 let cacheExcess = index.totals.bytes - evictionLowWater
-                let (freePages, pageSize) = try await database.pool.read { db in
+                let (freePages, pageSize) = try database.pool.read { db in
                     (try Int.fetchOne(db, sql: "PRAGMA freelist_count") ?? 0, try Int.fetchOne(db, sql: "PRAGMA page_size") ?? 4096)
                 }
                 // Free pages shrink the file without deleting anything.
@@ -41,9 +41,9 @@ extension CacheWriter {
                     finished = true
                     break
                 }
-                let n = rowsExcess > 0 ? try await evictSlice(upTo: min(rowsExcess, Self.evictionSliceBytes)) : 0
+                let n = rowsExcess > 0 ? try evictSlice(upTo: min(rowsExcess, Self.evictionSliceBytes)) : 0
                 removedEntries += n
-                try await database.pool.writeWithoutTransaction { db in
+                try database.pool.writeWithoutTransaction { db in
                     try db.execute(sql: "PRAGMA incremental_vacuum(\(Self.vacuumSlicePages))")
                     _ = try? db.checkpoint(.truncate)
                 }
@@ -64,8 +64,8 @@ extension CacheWriter {
     }
 
     /// Deletes least recently used rows worth about `bytes` in one transaction; how many went.
-    private func evictSlice(upTo bytes: Int) async throws -> Int {
-        let evicted = try await database.pool.write { db -> [(key: String, row: KeyIndex.Row)] in
+    private func evictSlice(upTo bytes: Int) throws -> Int {
+        let evicted = try database.pool.write { db -> [(key: String, row: KeyIndex.Row)] in
             var evicted: [(key: String, row: KeyIndex.Row)] = []
             var removedBytes = 0
             let select = try db.cachedStatement(sql: "SELECT rowid, key, size FROM cache_entry ORDER BY last_access LIMIT ?")
