@@ -68,7 +68,7 @@ struct BoundedPatternTests {
         return (Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0) * 1024
     }
 
-    @Test("the daemon process over 100,000 entries: runaway patterns at once, misses still stored, /health under 100 ms, SIGTERM within the grace period, RSS within 100 MB")
+    @Test("the daemon process over 100,000 entries: runaway patterns at once, misses still stored, /health answered without waiting for the scans, SIGTERM within the grace period, RSS within 100 MB")
     func runawayPatternsAgainstTheProcess() async throws {
         let api = try await SampleAPI.start()
         defer { Task { await api.shutdown() } }
@@ -123,8 +123,9 @@ struct BoundedPatternTests {
         #expect(statuses.sorted() == [422, 422, 422, 422], "\(statuses)")
         #expect(try await misses.allSatisfy { $0 == 200 })
         // Alone on this machine the slowest is about 60 ms; beside the rest of the suite on two
-        // cores, a few hundred. A /health that waited for a scan would wait for all of them.
-        #expect(slowestHealth < .seconds(1), "slowest /health \(slowestHealth)")
+        // cores, a few hundred, once just over a second. A /health that waited for a scan would
+        // wait for all of them: at least the scans' 10 s limit.
+        #expect(slowestHealth < .seconds(3), "slowest /health \(slowestHealth)")
         // The misses were stored meanwhile (one writer, never held by a scan).
         let stored = await eventually(.seconds(10)) {
             let listed = try? await ConciergeTestRig.send(.GET, admin + "/cache/entries?pattern=during%3D&limit=1000", headers: auth)

@@ -1,4 +1,5 @@
 import ConciergeCore
+import NIOCore
 import NIOHTTP1
 import NIOPosix
 import Synchronization
@@ -67,17 +68,65 @@ final class HitMemo: Sendable {
         return recipe
     }
 
-    func remember(_ incoming: IncomingRequest, route: PreparedRequest.Route, session: SessionTokens?, key: String, endpoint: EndpointPolicy) {
-        guard Self.eligible(incoming) else { return }
+    /// Remembers the recipe of a request; returns it (`nil` when the request is not remembered).
+    @discardableResult
+    func remember(_ incoming: IncomingRequest, route: PreparedRequest.Route, session: SessionTokens?, key: String,
+                  endpoint: EndpointPolicy) -> Recipe? {
+        guard Self.eligible(incoming) else { return nil }
         let probe = Probe(method: incoming.method, target: incoming.target, headers: incoming.headers)
         let recipe = Recipe(config: route.config, environment: route.environment, session: session, key: key, endpoint: endpoint)
         recipes.withLock { recipes in
             if recipes.count >= Self.capacity { recipes.removeAll(keepingCapacity: true) }
             recipes[probe] = recipe
         }
+        return recipe
     }
 
     var count: Int { recipes.withLock { $0.count } }
+
+    // MARK: - Requests recognised by their bytes
+
+    /// A request head that arrived alone in one read, was parsed and checked, and was answered
+    /// from the hot tier through ``recipe``: the same bytes again are the same request
+    /// (``RepeatedHitHandler``), answered without parsing them.
+    struct Replay: Sendable {
+        /// The head's bytes, copied (a slice would keep the whole read buffer).
+        let bytes: ByteBuffer
+        /// The request as the checks left it (for the request log).
+        let incoming: IncomingRequest
+        let recipe: Recipe
+    }
+
+    /// Keyed by the bytes' hash (this process's seed); a match is compared byte for byte.
+    private let replays = Mutex<[Int: Replay]>([:])
+
+    /// The replay remembered for exactly these bytes.
+    func replay(for bytes: ByteBuffer) -> Replay? {
+        guard bytes.readableBytes <= Self.maxProbeBytes else { return nil }
+        let hash = Self.hash(bytes)
+        guard let replay = replays.withLock({ $0[hash] }), replay.bytes == bytes else { return nil }
+        return replay
+    }
+
+    func rememberReplay(_ bytes: ByteBuffer, incoming: IncomingRequest, recipe: Recipe) {
+        guard bytes.readableBytes <= Self.maxProbeBytes, case .buffered(let body) = incoming.body, body.readableBytes == 0 else { return }
+        var incoming = incoming
+        incoming.clientAddress = nil
+        let replay = Replay(bytes: ByteBuffer(bytes: bytes.readableBytesView), incoming: incoming, recipe: recipe)
+        let hash = Self.hash(bytes)
+        replays.withLock { replays in
+            if replays.count >= Self.capacity { replays.removeAll(keepingCapacity: true) }
+            replays[hash] = replay
+        }
+    }
+
+    var replayCount: Int { replays.withLock { $0.count } }
+
+    private static func hash(_ bytes: ByteBuffer) -> Int {
+        var hasher = Hasher()
+        bytes.withUnsafeReadableBytes { hasher.combine(bytes: $0) }
+        return hasher.finalize()
+    }
 
     private static func eligible(_ incoming: IncomingRequest, countingHeaderBytes: Bool = true) -> Bool {
         guard !incoming.isSubRequest, incoming.target.utf8.count <= maxProbeBytes else { return false }

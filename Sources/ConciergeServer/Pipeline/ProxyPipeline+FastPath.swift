@@ -1,12 +1,14 @@
 import ConciergeCore
 import Foundation
+import NIOCore
 
 extension ProxyPipeline {
     /// A fresh hot-tier hit (or a local answer), or the preparation to go on with.
     enum FastPath: Sendable {
         case answer(ProxyAnswer)
-        /// A hit as ready bytes (only when the caller asked for them).
-        case encodedHit(EncodedHit)
+        /// A hit as ready bytes (only when the caller asked for them), with the recipe the
+        /// thread's ``HitMemo`` keeps for the request (`nil` when it keeps none).
+        case encodedHit(EncodedHit, recipe: HitMemo.Recipe?)
         /// The preparation to go on with; `hotTierMiss`: the hot tier was asked for the
         /// request's key and had no entry at all (a miss that may go on on the event loop,
         /// ``missOnLoop(_:on:answer:)``).
@@ -27,7 +29,7 @@ extension ProxyPipeline {
         if let recipe = memo?.recipe(for: incoming, route: route, session: session),
            let entry = cache.hotLookup(recipe.key, now: now), entry.isFresh(at: now),
            let hit = CachedReply.encoded(entry, endpoint: recipe.endpoint, now: now) {
-            return .encodedHit(hit)
+            return .encodedHit(hit, recipe: recipe)
         }
         let preparation = prepare(incoming, route: route, session: session)
         if case .answer(let answer) = preparation { return .answer(answer) }
@@ -38,9 +40,29 @@ extension ProxyPipeline {
         guard let entry = cache.hotLookup(key, now: now) else { return .prepared(preparation, hotTierMiss: true) }
         guard entry.isFresh(at: now) else { return .prepared(preparation, hotTierMiss: false) }
         if encoded, let hit = CachedReply.encoded(entry, endpoint: p.endpoint, now: now) {
-            memo?.remember(incoming, route: route, session: session, key: key, endpoint: p.endpoint)
-            return .encodedHit(hit)
+            let recipe = memo?.remember(incoming, route: route, session: session, key: key, endpoint: p.endpoint)
+            return .encodedHit(hit, recipe: recipe)
         }
         return .answer(CachedReply.make(entry, p, status: .hit, now: now))
+    }
+
+    /// The hit for a request recognised by its bytes (``HitMemo/Replay``), under the checks a
+    /// recipe passes in ``fastPath(_:encoded:)``: the same configuration object and
+    /// environment, the same session, a fresh hot-tier entry. `nil` sends the bytes to the
+    /// parser and the full path.
+    func replayedHit(of bytes: ByteBuffer) -> (hit: EncodedHit, incoming: IncomingRequest)? {
+        guard let replay = hitMemos.current.replay(for: bytes) else { return nil }
+        let recipe = replay.recipe
+        let (config, environment) = runtime.snapshot
+        guard recipe.config === config, recipe.environment == environment, recipe.session == session.current else { return nil }
+        let now = cache.clock.now
+        guard let entry = cache.hotLookup(recipe.key, now: now), entry.isFresh(at: now),
+              let hit = CachedReply.encoded(entry, endpoint: recipe.endpoint, now: now) else { return nil }
+        return (hit, replay.incoming)
+    }
+
+    /// Remembers a head that arrived alone in one read and was answered as `recipe` says.
+    func rememberReplay(_ bytes: ByteBuffer, incoming: IncomingRequest, recipe: HitMemo.Recipe) {
+        hitMemos.current.rememberReplay(bytes, incoming: incoming, recipe: recipe)
     }
 }

@@ -193,6 +193,25 @@ struct ProxyConnectionStateMachine {
         return false
     }
 
+    /// Idle between requests with nothing waiting and the client still sending: a request
+    /// recognised by its bytes may be answered at once (``hitReplayed(limits:now:)``).
+    var canReplayHit: Bool {
+        guard case .waitingForHead = state else { return false }
+        return inbox.isEmpty && !inputClosed
+    }
+
+    /// A hit answered for a request head recognised by its bytes, without parsing them (when
+    /// ``canReplayHit``): a request received and its reply finished, as a head, its end and
+    /// ``replyFinished(request:keepAlive:now:)`` with keep-alive would count them.
+    mutating func hitReplayed(limits: Limits, now: NIODeadline) -> Bool {
+        guard canReplayHit else { return false }
+        self.limits = limits
+        lastRequestID += 1
+        served += 1
+        state = .waitingForHead(since: now)
+        return true
+    }
+
     /// Idle between requests.
     var isWaitingForHead: Bool {
         if case .waitingForHead = state { return true }

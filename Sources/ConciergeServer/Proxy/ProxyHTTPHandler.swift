@@ -7,7 +7,9 @@ import NIOHTTP1
 ///
 /// Runs on the connection's event loop. The head checks of docs/hardening.md are
 /// ``RequestHeadCheck``'s; the states, limits and timeouts are the machine's. A fresh hot-tier
-/// hit is answered right here from the stored buffer, with no task, and so is the usual miss
+/// hit is answered right here from the stored buffer, with no task (and a read that repeats a
+/// head answered so before, without even the decoder: ``RepeatedHitHandler`` calls
+/// ``answerRepeatedHit(_:context:)``), and so is the usual miss
 /// (by callbacks: ``ProxyResponder/missOnLoop(_:on:answer:)``); any other request becomes
 /// work on the connection's ``ConnectionLane`` (a child task of ``ProxyListener/run()`` on this
 /// loop) that writes its whole reply back through the channel. A streamed body that breaks
@@ -86,7 +88,9 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        if let event = machine.admit(.part(unwrapInboundIn(data))) { handle(event, context: context) }
+        let part = unwrapInboundIn(data)
+        if watch != nil { watch?.count(part) }
+        if let event = machine.admit(.part(part)) { handle(event, context: context) }
     }
 
     /// Reading goes on while a reply is produced, until something arrives for a later request
@@ -105,6 +109,7 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        watch?.others += 1
         if let parserError = error as? HTTPParserError {
             if let event = machine.admit(.parserError(parserError)) { handle(event, context: context) }
         } else {
@@ -207,8 +212,8 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             case .answer(let answer):
                 replySynchronously(answer, to: request, incoming, context: context)
                 return
-            case .encodedHit(let hit):
-                writeEncoded(hit, to: request, incoming, context: context)
+            case .encodedHit(let hit, let recipe):
+                writeEncoded(hit, recipe: recipe, to: request, incoming, context: context)
                 return
             case .prepared(let preparation, let hotTierMiss):
                 if hotTierMiss, answerOnLoop(preparation, to: request, incoming, context: context) { return }
@@ -261,10 +266,21 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// A hit as ready bytes, below the response encoder: the entry's head, `Cache-Status` and
     /// `Age`, the body (in the same buffer unless it is large); one flush.
-    private func writeEncoded(_ hit: EncodedHit, to request: ProxyConnectionStateMachine.Request, _ incoming: IncomingRequest,
-                              context: ChannelHandlerContext) {
-        guard let encoder = encoderContext else { return }
+    /// `recipe`: the thread's hit memo keeps one for the request, so its bytes may be
+    /// remembered too (``RepeatedHitHandler``).
+    private func writeEncoded(_ hit: EncodedHit, recipe: HitMemo.Recipe?, to request: ProxyConnectionStateMachine.Request,
+                              _ incoming: IncomingRequest, context: ChannelHandlerContext) {
+        guard encoderContext != nil else { return }
         let next = machine.replyFinished(request: request.id, keepAlive: true, now: context.eventLoop.now)
+        writeHit(hit, context: context)
+        responder.log(incoming, hit.answer, started: request.started)
+        if watch != nil { watch?.answered(incoming, recipe) }
+        execute(next, context: context)
+        resumeAfterReply(context: context)
+    }
+
+    private func writeHit(_ hit: EncodedHit, context: ChannelHandlerContext) {
+        guard let encoder = encoderContext else { return }
         let (head, body) = hit.bytes(allocator: context.channel.allocator, inlineBody: Self.inlineBodyBytes)
         if let body {
             encoder.write(NIOAny(head), promise: nil)
@@ -272,9 +288,76 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         } else {
             encoder.writeAndFlush(NIOAny(head), promise: nil)
         }
-        responder.log(incoming, hit.answer, started: request.started)
-        execute(next, context: context)
-        resumeAfterReply(context: context)
+    }
+
+    // MARK: - Requests recognised by their bytes (RepeatedHitHandler)
+
+    /// What the request decoder delivered during one read that ``RepeatedHitHandler`` passed
+    /// to it, and the hit answered meanwhile.
+    struct ReadWatch {
+        var heads = 0
+        var ends = 0
+        /// Body parts and errors.
+        var others = 0
+        var hits = 0
+        var answered: (incoming: IncomingRequest, recipe: HitMemo.Recipe)?
+
+        mutating func count(_ part: HTTPServerRequestPart) {
+            switch part {
+            case .head(let head):
+                heads += 1
+                if !Self.decodingGoesOn(after: head) { others += 1 }
+            case .body: others += 1
+            case .end: ends += 1
+            }
+        }
+
+        /// Whether the decoder reads a next request after this one: not after a request that
+        /// ends the connection (it refuses anything more) or asks for an upgrade (it stops).
+        static func decodingGoesOn(after head: HTTPRequestHead) -> Bool {
+            head.isKeepAlive && !head.headers.contains(name: "upgrade")
+        }
+
+        mutating func answered(_ incoming: IncomingRequest, _ recipe: HitMemo.Recipe?) {
+            hits += 1
+            answered = recipe.map { (incoming, $0) }
+        }
+    }
+
+    private var watch: ReadWatch?
+
+    /// Before a read goes to the request decoder: what it delivers is counted until ``endWatch(_:)``.
+    func beginWatch() {
+        watch = ReadWatch()
+    }
+
+    /// After a read went to the decoder: whether it delivered exactly one request without a
+    /// body and nothing else. If that request was answered as a remembered hit, the read's
+    /// `bytes` (`nil`: not to be remembered) are remembered with it
+    /// (``ProxyResponder/rememberReplay(_:incoming:recipe:)``).
+    func endWatch(_ bytes: ByteBuffer?) -> Bool {
+        guard let seen = watch else { return false }
+        watch = nil
+        guard seen.heads == 1, seen.ends == 1, seen.others == 0 else { return false }
+        if let bytes, seen.hits == 1, let (incoming, recipe) = seen.answered {
+            responder.rememberReplay(bytes, incoming: incoming, recipe: recipe)
+        }
+        return true
+    }
+
+    /// A request recognised by its bytes, answered from the hot tier without parsing them: only
+    /// between requests, with nothing waiting. `false`: the bytes go to the request decoder.
+    func answerRepeatedHit(_ bytes: ByteBuffer, context: ChannelHandlerContext) -> Bool {
+        guard encoderContext != nil, machine.canReplayHit else { return false }
+        let started = ContinuousClock.now
+        guard let (hit, incoming) = responder.replayedHit(of: bytes) else { return false }
+        let (_, limits) = routeMemo.config(responder)
+        guard machine.hitReplayed(limits: limits, now: context.eventLoop.now) else { return false }
+        writeHit(hit, context: context)
+        var logged = incoming
+        logged.clientAddress = remoteAddress
+        responder.log(logged, hit.answer, started: started)
+        return true
     }
 
     private func submit(_ request: ProxyConnectionStateMachine.Request, _ incoming: IncomingRequest, prepared: ProxyPipeline.Preparation?,

@@ -86,8 +86,9 @@ struct ProxyListener: Service {
             .bind(host: host, port: port).get()
     }
 
-    /// A proxy connection's handlers: NIO's HTTP/1.1 response encoder and request decoder,
-    /// then ``ProxyHTTPHandler``.
+    /// A proxy connection's handlers: NIO's HTTP/1.1 response encoder, ``RepeatedHitHandler``
+    /// (a read that repeats a head answered from the hot tier is answered without parsing),
+    /// NIO's request decoder, then ``ProxyHTTPHandler``.
     ///
     /// Not NIO's `configureHTTPServerPipeline`: ``ProxyHTTPHandler`` orders pipelined requests
     /// itself and writes hits as ready bytes below the encoder, so the encoder must frame each
@@ -97,9 +98,11 @@ struct ProxyListener: Service {
     /// itself: no re-validation.
     static func configureConnection(_ pipeline: ChannelPipeline.SynchronousOperations, responder: any ProxyResponder,
                                     requests: RequestWorkQueue) throws {
+        let proxy = ProxyHTTPHandler(responder: responder, requests: requests)
         try pipeline.addHandler(HTTPResponseEncoder())
+        try pipeline.addHandler(RepeatedHitHandler(proxy: proxy))
         try pipeline.addHandler(ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes)))
-        try pipeline.addHandler(ProxyHTTPHandler(responder: responder, requests: requests))
+        try pipeline.addHandler(proxy)
     }
 }
 

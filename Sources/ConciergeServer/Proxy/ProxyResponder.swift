@@ -38,10 +38,22 @@ protocol ProxyResponder: Sendable {
 
     /// Counts a finished request in the metrics and writes its log line.
     func log(_ incoming: IncomingRequest, _ answer: ProxyAnswer, started: ContinuousClock.Instant)
+
+    /// The hit for a request head recognised by its bytes (``ProxyPipeline/replayedHit(of:)``),
+    /// with the request as it was first read; `nil` when the bytes must be parsed.
+    func replayedHit(of bytes: ByteBuffer) -> (hit: EncodedHit, incoming: IncomingRequest)?
+
+    /// Remembers a head that arrived alone in one read and was answered as `recipe` says.
+    func rememberReplay(_ bytes: ByteBuffer, incoming: IncomingRequest, recipe: HitMemo.Recipe)
 }
 
 extension ProxyResponder {
     /// A responder without a pipeline of its own (a test's stub) answers every miss in a task.
     func missOnLoop(_ preparation: ProxyPipeline.Preparation, on eventLoop: any EventLoop,
                     answer: @escaping @Sendable (ProxyAnswer) -> Void) -> Bool { false }
+
+    /// Without a pipeline every request is parsed.
+    func replayedHit(of bytes: ByteBuffer) -> (hit: EncodedHit, incoming: IncomingRequest)? { nil }
+
+    func rememberReplay(_ bytes: ByteBuffer, incoming: IncomingRequest, recipe: HitMemo.Recipe) {}
 }

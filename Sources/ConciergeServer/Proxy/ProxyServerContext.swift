@@ -72,4 +72,12 @@ final class ProxyServerContext: ProxyResponder {
     func log(_ incoming: IncomingRequest, _ answer: ProxyAnswer, started: ContinuousClock.Instant) {
         record(incoming, answer, started)
     }
+
+    func replayedHit(of bytes: ByteBuffer) -> (hit: EncodedHit, incoming: IncomingRequest)? {
+        pipeline.replayedHit(of: bytes)
+    }
+
+    func rememberReplay(_ bytes: ByteBuffer, incoming: IncomingRequest, recipe: HitMemo.Recipe) {
+        pipeline.rememberReplay(bytes, incoming: incoming, recipe: recipe)
+    }
 }

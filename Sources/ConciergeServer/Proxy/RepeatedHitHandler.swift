@@ -1,0 +1,86 @@
+import NIOCore
+
+/// In front of the request decoder: a read whose bytes are exactly a request head that was
+/// answered from the hot tier before is answered again without being parsed
+/// (``ProxyHTTPHandler/answerRepeatedHit(_:context:)``); any other read goes to the decoder.
+///
+/// Sound because the same bytes, read by the same parser from the same state, are the same
+/// request, and everything else the answer depends on is checked at the time (the
+/// configuration object, the environment, the session, a fresh hot-tier entry:
+/// ``ProxyPipeline/replayedHit(of:)``). So the bytes are remembered only when
+///
+/// - the decoder was between requests before the read (``decoderAtBoundary``),
+/// - the read ends at its first blank line (``endsAtItsOnlyBlankLine(_:)``): a head ends at
+///   the first blank line, so nothing of a next request was in it,
+/// - the decoder delivered exactly one head and its end from it, no body part and no error
+///   (``ProxyHTTPHandler/endWatch(_:)``), so the decoder is between requests again,
+/// - and that request was answered as a remembered hit (keep-alive HTTP/1.1 `GET`, no body).
+///
+/// A recognised read is answered only while the connection is idle with nothing waiting
+/// (``ProxyConnectionStateMachine/canReplayHit``), so replies stay in request order. Once a
+/// read leaves the decoder inside a request (a head split over reads, pipelined requests, a
+/// body), nothing more on the connection is recognised: the decoder's state is no longer
+/// known here, and its bytes must meet whatever the decoder holds.
+final class RepeatedHitHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
+
+    private let proxy: ProxyHTTPHandler
+    /// The proxy handler's context, found at the first read (it is added after this one).
+    private var proxyContext: ChannelHandlerContext?
+    /// Every read the decoder got so far held whole requests without bodies.
+    private(set) var decoderAtBoundary = true
+    /// Reads answered without the decoder on this connection.
+    private(set) var repeatsAnswered = 0
+
+    init(proxy: ProxyHTTPHandler) {
+        self.proxy = proxy
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard decoderAtBoundary else {
+            context.fireChannelRead(data)
+            return
+        }
+        let bytes = unwrapInboundIn(data)
+        if proxyContext == nil { proxyContext = try? context.pipeline.syncOperations.context(handler: proxy) }
+        if let proxyContext, proxy.answerRepeatedHit(bytes, context: proxyContext) {
+            repeatsAnswered += 1
+            return
+        }
+        let alone = Self.endsAtItsOnlyBlankLine(bytes)
+        proxy.beginWatch()
+        context.fireChannelRead(data)
+        decoderAtBoundary = proxy.endWatch(alone ? bytes : nil) && alone
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        proxyContext = nil
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        proxyContext = nil
+        decoderAtBoundary = false
+        context.fireChannelInactive()
+    }
+
+    /// Whether the first blank line (`LF CR LF` or `LF LF`: a line end right after a line end)
+    /// ends exactly at the end of `bytes`.
+    static func endsAtItsOnlyBlankLine(_ bytes: ByteBuffer) -> Bool {
+        bytes.withUnsafeReadableBytes { raw in
+            let lf = UInt8(ascii: "\n"), cr = UInt8(ascii: "\r")
+            let count = raw.count
+            var i = 0
+            while i < count {
+                guard raw[i] == lf else {
+                    i += 1
+                    continue
+                }
+                if i + 1 < count, raw[i + 1] == lf { return i + 2 == count }
+                if i + 2 < count, raw[i + 1] == cr, raw[i + 2] == lf { return i + 3 == count }
+                i += 1
+            }
+            return false
+        }
+    }
+}
