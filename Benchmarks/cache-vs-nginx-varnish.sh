@@ -27,9 +27,8 @@
 # share of it, RSS after the run (sum of VmRSS over the tree), errors (non-2xx/3xx and
 # socket errors); ratios Concierge/nginx and Concierge/Varnish. Concierge's threads are
 # sampled from /proc/PID/task/*/stat during its runs: the per-thread table shows where its
-# CPU goes, and "writer us/req" is the CPU of the threads that run GRDB's writer queue
-# (libdispatch's overcommit workers, busy only when entries are stored; see
-# docs/benchmarks.md for how that was identified and what else could run there).
+# CPU goes, and "writer us/req" is the CPU of the cache writer's own thread (`cache-writer`,
+# busy only when entries are stored; see docs/benchmarks.md).
 #
 # ORIGIN=nginx puts a fast origin behind all three instead of the sample API: one nginx worker
 # answering every request with `return 200` and a 1 KB JSON envelope
@@ -276,7 +275,7 @@ row_of() { printf '%s\n' "${RESULTS[@]}" | awk -v k="$1" -v s="$2" '$1 == k && $
     n_hit=$(row_of HIT concierge | awk '{print $10}'); n_miss=$(row_of MISS concierge | awk '{print $10}')
     w_hit=$($TOOLS threads-group "$OUT_DIR/threads-HIT.json" "$n_hit" writer)
     w_miss=$($TOOLS threads-group "$OUT_DIR/threads-MISS.json" "$n_miss" writer)
-    echo "Concierge writer CPU (GRDB writer queue = libdispatch overcommit worker threads): MISS $w_miss us/req (HIT run: $w_hit us/req on the same threads)"
+    echo "Concierge writer CPU (its cache-writer thread): MISS $w_miss us/req (HIT run: $w_hit us/req)"
     echo
     $TOOLS threads-report --top "$THREAD_TOP" --run HIT "$OUT_DIR/threads-HIT.json" "$n_hit" --run MISS "$OUT_DIR/threads-MISS.json" "$n_miss"
     echo "raw wrk output and thread samples: $OUT_DIR"

@@ -89,7 +89,7 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let part = unwrapInboundIn(data)
-        if watch != nil { watch?.count(part) }
+        if watch.watching { watch.count(part) }
         if let event = machine.admit(.part(part)) { handle(event, context: context) }
     }
 
@@ -109,7 +109,7 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        watch?.others += 1
+        if watch.watching { watch.others += 1 }
         if let parserError = error as? HTTPParserError {
             if let event = machine.admit(.parserError(parserError)) { handle(event, context: context) }
         } else {
@@ -274,7 +274,10 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let next = machine.replyFinished(request: request.id, keepAlive: true, now: context.eventLoop.now)
         writeHit(hit, context: context)
         responder.log(incoming, hit.answer, started: request.started)
-        if watch != nil { watch?.answered(incoming, recipe) }
+        if watch.watching {
+            watch.hits += 1
+            watchedHit = recipe.map { (incoming, $0) }
+        }
         execute(next, context: context)
         resumeAfterReply(context: context)
     }
@@ -293,14 +296,14 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     // MARK: - Requests recognised by their bytes (RepeatedHitHandler)
 
     /// What the request decoder delivered during one read that ``RepeatedHitHandler`` passed
-    /// to it, and the hit answered meanwhile.
+    /// to it, and the hits answered meanwhile (plain counts: checked on every request).
     struct ReadWatch {
+        var watching = false
         var heads = 0
         var ends = 0
-        /// Body parts and errors.
+        /// Body parts, errors, and heads after which the decoder reads no next request.
         var others = 0
         var hits = 0
-        var answered: (incoming: IncomingRequest, recipe: HitMemo.Recipe)?
 
         mutating func count(_ part: HTTPServerRequestPart) {
             switch part {
@@ -317,18 +320,15 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         static func decodingGoesOn(after head: HTTPRequestHead) -> Bool {
             head.isKeepAlive && !head.headers.contains(name: "upgrade")
         }
-
-        mutating func answered(_ incoming: IncomingRequest, _ recipe: HitMemo.Recipe?) {
-            hits += 1
-            answered = recipe.map { (incoming, $0) }
-        }
     }
 
-    private var watch: ReadWatch?
+    private var watch = ReadWatch()
+    /// The hit answered during the watched read, when the hit memo keeps its recipe.
+    private var watchedHit: (incoming: IncomingRequest, recipe: HitMemo.Recipe)?
 
     /// Before a read goes to the request decoder: what it delivers is counted until ``endWatch(_:)``.
     func beginWatch() {
-        watch = ReadWatch()
+        watch = ReadWatch(watching: true)
     }
 
     /// After a read went to the decoder: whether it delivered exactly one request without a
@@ -336,10 +336,15 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// `bytes` (`nil`: not to be remembered) are remembered with it
     /// (``ProxyResponder/rememberReplay(_:incoming:recipe:)``).
     func endWatch(_ bytes: ByteBuffer?) -> Bool {
-        guard let seen = watch else { return false }
-        watch = nil
-        guard seen.heads == 1, seen.ends == 1, seen.others == 0 else { return false }
-        if let bytes, seen.hits == 1, let (incoming, recipe) = seen.answered {
+        let seen = watch
+        watch = ReadWatch()
+        var hit: (incoming: IncomingRequest, recipe: HitMemo.Recipe)?
+        if seen.hits > 0 {
+            hit = watchedHit
+            watchedHit = nil
+        }
+        guard seen.watching, seen.heads == 1, seen.ends == 1, seen.others == 0 else { return false }
+        if let bytes, seen.hits == 1, let (incoming, recipe) = hit {
             responder.rememberReplay(bytes, incoming: incoming, recipe: recipe)
         }
         return true
@@ -348,9 +353,8 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// A request recognised by its bytes, answered from the hot tier without parsing them: only
     /// between requests, with nothing waiting. `false`: the bytes go to the request decoder.
     func answerRepeatedHit(_ bytes: ByteBuffer, context: ChannelHandlerContext) -> Bool {
-        guard encoderContext != nil, machine.canReplayHit else { return false }
+        guard encoderContext != nil, machine.canReplayHit, let (hit, incoming) = responder.replayedHit(of: bytes) else { return false }
         let started = ContinuousClock.now
-        guard let (hit, incoming) = responder.replayedHit(of: bytes) else { return false }
         let (_, limits) = routeMemo.config(responder)
         guard machine.hitReplayed(limits: limits, now: context.eventLoop.now) else { return false }
         writeHit(hit, context: context)

@@ -1,3 +1,4 @@
+import Foundation
 import NIOCore
 
 /// In front of the request decoder: a read whose bytes are exactly a request head that was
@@ -70,15 +71,14 @@ final class RepeatedHitHandler: ChannelInboundHandler, RemovableChannelHandler {
         bytes.withUnsafeReadableBytes { raw in
             let lf = UInt8(ascii: "\n"), cr = UInt8(ascii: "\r")
             let count = raw.count
+            guard let base = raw.baseAddress, count >= 2, raw[count - 1] == lf else { return false }
+            // Line ends found with memchr (a line at a time, not a byte).
             var i = 0
-            while i < count {
-                guard raw[i] == lf else {
-                    i += 1
-                    continue
-                }
-                if i + 1 < count, raw[i + 1] == lf { return i + 2 == count }
-                if i + 2 < count, raw[i + 1] == cr, raw[i + 2] == lf { return i + 3 == count }
-                i += 1
+            while i < count, let found = memchr(base + i, Int32(lf), count - i) {
+                let at = base.distance(to: UnsafeRawPointer(found))
+                if at + 1 < count, raw[at + 1] == lf { return at + 2 == count }
+                if at + 2 < count, raw[at + 1] == cr, raw[at + 2] == lf { return at + 3 == count }
+                i = at + 1
             }
             return false
         }

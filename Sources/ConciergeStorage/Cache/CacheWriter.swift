@@ -169,15 +169,22 @@ final class CacheWriter: Sendable {
         await withTaskCancellationHandler {
             await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
                 let thread = Thread { [self] in
+                    Self.nameCurrentThread("cache-writer")
                     loop()
                     done.resume()
                 }
-                thread.name = "cache-writer"
                 thread.start()
             }
         } onCancel: {
             finish()
         }
+    }
+
+    /// The name `ps`, `top` and /proc show: Foundation gives it to the kernel when the thread
+    /// names itself (a name set before `start()` is not passed on, and the new thread keeps its
+    /// creator's, a dispatch worker's).
+    private static func nameCurrentThread(_ name: String) {
+        Thread.current.name = name
     }
 
     func finish() {
