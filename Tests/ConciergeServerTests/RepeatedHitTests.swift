@@ -17,7 +17,7 @@ struct RepeatedHitTests {
 
     @Test("a read ends at its only blank line: CRLF and LF line ends; anything before or after it, or none, is not that")
     func blankLine() {
-        func check(_ text: String) -> Bool { RepeatedHitHandler.endsAtItsOnlyBlankLine(ByteBuffer(string: text)) }
+        func check(_ text: String) -> Bool { RequestHeadBoundary.endsAtItsOnlyBlankLine(ByteBuffer(string: text)) }
         #expect(check(Self.head))
         #expect(check("GET / HTTP/1.1\nHost: h\n\n"))
         #expect(check("GET / HTTP/1.1\r\nHost: h\n\r\n"))
@@ -144,89 +144,91 @@ struct RepeatedHitTests {
 
     static func replies(in text: String) -> Int { text.components(separatedBy: "HTTP/1.1 ").count - 1 }
 
-    @Test("a head repeated in reads of its own is answered without the decoder, the same reply, counted and logged as a hit")
-    func repeatedReads() async throws {
+    /// `body` with a connection to a fixture's pipeline, `/items?a=1` in the hot tier; both
+    /// closed after it, whether it throws or not.
+    func onConnection(_ body: (StageFixture, Connection) async throws -> Void) async throws {
         let fixture = try StageFixture(encodedHits: true) { FastPathMemoTests.items($0) }
         _ = await fixture.get("/items?a=1")
         let connection = try Connection(fixture)
-        let hitsBefore = fixture.stats.value(.hits)
-        let first = try connection.send(Self.head)
-        #expect(first.hasPrefix("HTTP/1.1 200 OK") && first.contains("X-Cache: HIT"))
-        #expect(connection.repeated.repeatsAnswered == 0, "the first is parsed")
-        for _ in 0..<3 { #expect(try connection.send(Self.head) == first) }
-        #expect(connection.repeated.repeatsAnswered == 3)
-        #expect(fixture.stats.value(.hits) - hitsBefore == 4)
-        #expect(fixture.transport.calls(to: "/items") == 1)
+        do {
+            try await body(fixture, connection)
+        } catch {
+            _ = try? connection.channel.finish()
+            await fixture.finish()
+            throw error
+        }
         _ = try? connection.channel.finish()
         await fixture.finish()
+    }
+
+    @Test("a head repeated in reads of its own is answered without the decoder, the same reply, counted and logged as a hit")
+    func repeatedReads() async throws {
+        try await onConnection { fixture, connection in
+            let hitsBefore = fixture.stats.value(.hits)
+            let first = try connection.send(Self.head)
+            #expect(first.hasPrefix("HTTP/1.1 200 OK") && first.contains("X-Cache: HIT"))
+            #expect(connection.repeated.repeatsAnswered == 0, "the first is parsed")
+            for _ in 0..<3 { #expect(try connection.send(Self.head) == first) }
+            #expect(connection.repeated.repeatsAnswered == 3)
+            #expect(fixture.stats.value(.hits) - hitsBefore == 4)
+            #expect(fixture.transport.calls(to: "/items") == 1)
+        }
     }
 
     @Test("a head split over two reads leaves the decoder's state unknown: nothing more on the connection is recognised")
     func splitHead() async throws {
-        let fixture = try StageFixture(encodedHits: true) { FastPathMemoTests.items($0) }
-        _ = await fixture.get("/items?a=1")
-        let connection = try Connection(fixture)
-        let first = try connection.send(Self.head)
-        let cut = Self.head.index(Self.head.startIndex, offsetBy: 20)
-        #expect(try connection.send(String(Self.head[..<cut])) == "")
-        #expect(try connection.send(String(Self.head[cut...])) == first)
-        #expect(!connection.repeated.decoderAtBoundary)
-        #expect(try connection.send(Self.head) == first)
-        #expect(connection.repeated.repeatsAnswered == 0)
-        _ = try? connection.channel.finish()
-        await fixture.finish()
+        try await onConnection { fixture, connection in
+            let first = try connection.send(Self.head)
+            let cut = Self.head.index(Self.head.startIndex, offsetBy: 20)
+            #expect(try connection.send(String(Self.head[..<cut])) == "")
+            #expect(try connection.send(String(Self.head[cut...])) == first)
+            #expect(!connection.repeated.decoderAtBoundary)
+            #expect(try connection.send(Self.head) == first)
+            #expect(connection.repeated.repeatsAnswered == 0)
+        }
     }
 
     @Test("a remembered head after a partial request line is parsed with it (refused), never answered as a hit")
     func noSmuggling() async throws {
-        let fixture = try StageFixture(encodedHits: true) { FastPathMemoTests.items($0) }
-        _ = await fixture.get("/items?a=1")
-        let connection = try Connection(fixture)
-        _ = try connection.send(Self.head)
-        _ = try connection.send(Self.head)
-        #expect(connection.repeated.repeatsAnswered == 1, "remembered")
-        #expect(try connection.send("GET /x HTTP/1.1\r\n") == "")
-        let reply = try connection.send(Self.head)
-        #expect(reply.hasPrefix("HTTP/1.1 400"), "the decoder read both reads as one malformed head: \(reply)")
-        #expect(!reply.contains("X-Cache: HIT"))
-        #expect(connection.repeated.repeatsAnswered == 1)
-        _ = try? connection.channel.finish()
-        await fixture.finish()
+        try await onConnection { fixture, connection in
+            _ = try connection.send(Self.head)
+            _ = try connection.send(Self.head)
+            #expect(connection.repeated.repeatsAnswered == 1, "remembered")
+            #expect(try connection.send("GET /x HTTP/1.1\r\n") == "")
+            let reply = try connection.send(Self.head)
+            #expect(reply.hasPrefix("HTTP/1.1 400"), "the decoder read both reads as one malformed head: \(reply)")
+            #expect(!reply.contains("X-Cache: HIT"))
+            #expect(connection.repeated.repeatsAnswered == 1)
+        }
     }
 
     @Test("pipelined heads in one read are parsed and answered in order, and not remembered")
     func pipelined() async throws {
-        let fixture = try StageFixture(encodedHits: true) { FastPathMemoTests.items($0) }
-        _ = await fixture.get("/items?a=1")
-        let connection = try Connection(fixture)
-        let one = try connection.send(Self.head)
-        let two = try connection.send(Self.head + Self.head)
-        #expect(two == one + one)
-        #expect(Self.replies(in: two) == 2)
-        #expect(!connection.repeated.decoderAtBoundary)
-        #expect(try connection.send(Self.head + Self.head) == one + one)
-        #expect(connection.repeated.repeatsAnswered == 0)
-        _ = try? connection.channel.finish()
-        await fixture.finish()
+        try await onConnection { fixture, connection in
+            let one = try connection.send(Self.head)
+            let two = try connection.send(Self.head + Self.head)
+            #expect(two == one + one)
+            #expect(Self.replies(in: two) == 2)
+            #expect(!connection.repeated.decoderAtBoundary)
+            #expect(try connection.send(Self.head + Self.head) == one + one)
+            #expect(connection.repeated.repeatsAnswered == 0)
+        }
     }
 
     @Test("after a reload the remembered head is parsed again and answered under the new configuration")
     func reload() async throws {
-        let fixture = try StageFixture(encodedHits: true) { FastPathMemoTests.items($0) }
-        _ = await fixture.get("/items?a=1")
-        let connection = try Connection(fixture)
-        _ = try connection.send(Self.head)
-        _ = try connection.send(Self.head)
-        #expect(connection.repeated.repeatsAnswered == 1)
-        let bumped = StageFixture.yaml + "\ncache:\n  version: 2\nstorage:\n  path: \(fixture.directory.path)/c.sqlite\n"
-        fixture.runtime.replace(with: try ConfigLoader.parse(yaml: bumped))
-        _ = await fixture.get("/items?a=1")  // the new version's entry
-        let reply = try connection.send(Self.head)
-        #expect(reply.contains("X-Cache: HIT"))
-        #expect(connection.repeated.repeatsAnswered == 1, "parsed: the recipe was the old configuration's")
-        #expect(fixture.transport.calls(to: "/items") == 2)
-        _ = try? connection.channel.finish()
-        await fixture.finish()
+        try await onConnection { fixture, connection in
+            _ = try connection.send(Self.head)
+            _ = try connection.send(Self.head)
+            #expect(connection.repeated.repeatsAnswered == 1)
+            let bumped = StageFixture.yaml + "\ncache:\n  version: 2\nstorage:\n  path: \(fixture.directory.path)/c.sqlite\n"
+            fixture.runtime.replace(with: try ConfigLoader.parse(yaml: bumped))
+            _ = await fixture.get("/items?a=1")  // the new version's entry
+            let reply = try connection.send(Self.head)
+            #expect(reply.contains("X-Cache: HIT"))
+            #expect(connection.repeated.repeatsAnswered == 1, "parsed: the recipe was the old configuration's")
+            #expect(fixture.transport.calls(to: "/items") == 2)
+        }
     }
 }
 
@@ -251,7 +253,7 @@ struct RepeatedHitBoundaryTests {
         func channelRead(context: ChannelHandlerContext, data: NIOAny) {
             switch unwrapInboundIn(data) {
             case .head(let head):
-                let goesOn = ProxyHTTPHandler.ReadWatch.decodingGoesOn(after: head)
+                let goesOn = RequestHeadBoundary.decodingGoesOn(after: head)
                 log.items.append(goesOn ? "head \(head.uri)" : "last head \(head.uri)")
             case .body: log.items.append("body")
             case .end: log.items.append("end")
@@ -300,7 +302,7 @@ struct RepeatedHitBoundaryTests {
                         for blank in blanks {
                             for tail in tails {
                                 let read = lead + ([line] + fieldSet).map { $0 + end }.joined() + blank + tail
-                                guard RepeatedHitHandler.endsAtItsOnlyBlankLine(ByteBuffer(string: read)) else { continue }
+                                guard RequestHeadBoundary.endsAtItsOnlyBlankLine(ByteBuffer(string: read)) else { continue }
                                 let delivered = try Self.decode([read, Self.probe])
                                 guard delivered[0].count == 2, delivered[0][1] == "end" else { continue }
                                 guard delivered[0][0].hasPrefix("head ") else {

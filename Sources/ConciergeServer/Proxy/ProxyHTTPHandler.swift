@@ -309,16 +309,10 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             switch part {
             case .head(let head):
                 heads += 1
-                if !Self.decodingGoesOn(after: head) { others += 1 }
+                if !RequestHeadBoundary.decodingGoesOn(after: head) { others += 1 }
             case .body: others += 1
             case .end: ends += 1
             }
-        }
-
-        /// Whether the decoder reads a next request after this one: not after a request that
-        /// ends the connection (it refuses anything more) or asks for an upgrade (it stops).
-        static func decodingGoesOn(after head: HTTPRequestHead) -> Bool {
-            head.isKeepAlive && !head.headers.contains(name: "upgrade")
         }
     }
 

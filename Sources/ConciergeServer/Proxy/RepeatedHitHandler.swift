@@ -1,4 +1,4 @@
-import Foundation
+import ConciergeCore
 import NIOCore
 
 /// In front of the request decoder: a read whose bytes are exactly a request head that was
@@ -11,7 +11,7 @@ import NIOCore
 /// ``ProxyPipeline/replayedHit(of:)``). So the bytes are remembered only when
 ///
 /// - the decoder was between requests before the read (``decoderAtBoundary``),
-/// - the read ends at its first blank line (``endsAtItsOnlyBlankLine(_:)``): a head ends at
+/// - the read ends at its first blank line (``RequestHeadBoundary``): a head ends at
 ///   the first blank line, so nothing of a next request was in it,
 /// - the decoder delivered exactly one head and its end from it, no body part and no error
 ///   (``ProxyHTTPHandler/endWatch(_:)``), so the decoder is between requests again,
@@ -49,7 +49,7 @@ final class RepeatedHitHandler: ChannelInboundHandler, RemovableChannelHandler {
             repeatsAnswered += 1
             return
         }
-        let alone = Self.endsAtItsOnlyBlankLine(bytes)
+        let alone = RequestHeadBoundary.endsAtItsOnlyBlankLine(bytes)
         proxy.beginWatch()
         context.fireChannelRead(data)
         decoderAtBoundary = proxy.endWatch(alone ? bytes : nil) && alone
@@ -63,24 +63,5 @@ final class RepeatedHitHandler: ChannelInboundHandler, RemovableChannelHandler {
         proxyContext = nil
         decoderAtBoundary = false
         context.fireChannelInactive()
-    }
-
-    /// Whether the first blank line (`LF CR LF` or `LF LF`: a line end right after a line end)
-    /// ends exactly at the end of `bytes`.
-    static func endsAtItsOnlyBlankLine(_ bytes: ByteBuffer) -> Bool {
-        bytes.withUnsafeReadableBytes { raw in
-            let lf = UInt8(ascii: "\n"), cr = UInt8(ascii: "\r")
-            let count = raw.count
-            guard let base = raw.baseAddress, count >= 2, raw[count - 1] == lf else { return false }
-            // Line ends found with memchr (a line at a time, not a byte).
-            var i = 0
-            while i < count, let found = memchr(base + i, Int32(lf), count - i) {
-                let at = base.distance(to: UnsafeRawPointer(found))
-                if at + 1 < count, raw[at + 1] == lf { return at + 2 == count }
-                if at + 2 < count, raw[at + 1] == cr, raw[at + 2] == lf { return at + 3 == count }
-                i = at + 1
-            }
-            return false
-        }
     }
 }
