@@ -17,7 +17,8 @@ import Synchronization
 /// fresh in the hot tier the request takes the full path.
 ///
 /// Each thread (event loop) has its own memo (``HitMemos``), of at most ``capacity`` recipes,
-/// emptied when full.
+/// emptied when full. It also keeps, as many at most, the bytes of request heads answered
+/// through a recipe (``Replay``), which ``RepeatedHitHandler`` recognises without parsing.
 final class HitMemo: Sendable {
     static let capacity = 1024
     /// Longer targets or more header bytes are not remembered.
