@@ -30,6 +30,11 @@ final class HitMemo: Sendable {
         let session: SessionTokens?
         let key: String
         let endpoint: EndpointPolicy
+
+        /// Whether it was made under this very configuration object, environment and session.
+        func holds(config: RuntimeConfig, environment: String, session: SessionTokens?) -> Bool {
+            self.config === config && self.environment == environment && self.session == session
+        }
     }
 
     /// The request as preparing reads it (a body is excluded by the callers).
@@ -62,8 +67,7 @@ final class HitMemo: Sendable {
         // probe too large to remember matches none (it is compared only with remembered ones).
         guard Self.eligible(incoming, countingHeaderBytes: false) else { return nil }
         let probe = Probe(method: incoming.method, target: incoming.target, headers: incoming.headers)
-        guard let recipe = recipes.withLock({ $0[probe] }), recipe.config === route.config, recipe.environment == route.environment,
-              recipe.session == session else {
+        guard let recipe = recipes.withLock({ $0[probe] }), recipe.holds(config: route.config, environment: route.environment, session: session) else {
             return nil
         }
         return recipe
@@ -122,8 +126,6 @@ final class HitMemo: Sendable {
             replays[hash] = replay
         }
     }
-
-    var replayCount: Int { replays.withLock { $0.count } }
 
     private static func hash(_ bytes: ByteBuffer) -> Int {
         bytes.withUnsafeReadableBytes { quickHash($0) }

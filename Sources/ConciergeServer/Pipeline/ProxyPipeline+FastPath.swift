@@ -26,9 +26,7 @@ extension ProxyPipeline {
         let session = self.session.current
         let memo = encoded ? hitMemos.current : nil
         let now = cache.clock.now
-        if let recipe = memo?.recipe(for: incoming, route: route, session: session),
-           let entry = cache.hotLookup(recipe.key, now: now), entry.isFresh(at: now),
-           let hit = CachedReply.encoded(entry, endpoint: recipe.endpoint, now: now) {
+        if let recipe = memo?.recipe(for: incoming, route: route, session: session), let hit = freshHit(recipe, now: now) {
             return .encodedHit(hit, recipe: recipe)
         }
         let preparation = prepare(incoming, route: route, session: session)
@@ -52,13 +50,16 @@ extension ProxyPipeline {
     /// parser and the full path.
     func replayedHit(of bytes: ByteBuffer) -> (hit: EncodedHit, incoming: IncomingRequest)? {
         guard let replay = hitMemos.current.replay(for: bytes) else { return nil }
-        let recipe = replay.recipe
         let (config, environment) = runtime.snapshot
-        guard recipe.config === config, recipe.environment == environment, recipe.session == session.current else { return nil }
-        let now = cache.clock.now
-        guard let entry = cache.hotLookup(recipe.key, now: now), entry.isFresh(at: now),
-              let hit = CachedReply.encoded(entry, endpoint: recipe.endpoint, now: now) else { return nil }
+        guard replay.recipe.holds(config: config, environment: environment, session: session.current),
+              let hit = freshHit(replay.recipe, now: cache.clock.now) else { return nil }
         return (hit, replay.incoming)
+    }
+
+    /// The recipe's entry as ready bytes, when it is a fresh hot-tier hit.
+    private func freshHit(_ recipe: HitMemo.Recipe, now: Double) -> EncodedHit? {
+        guard let entry = cache.hotLookup(recipe.key, now: now), entry.isFresh(at: now) else { return nil }
+        return CachedReply.encoded(entry, endpoint: recipe.endpoint, now: now)
     }
 
     /// Remembers a head that arrived alone in one read and was answered as `recipe` says.
