@@ -253,7 +253,9 @@ extension FleetTests {
     // Every backend idle in a transaction is cut: the holder (mid-fetch) and, on a busy machine,
     // waiters caught between two statements of theirs. A cut connection may leave the database
     // client's call unanswered: the waiters' tries for the lock are bounded and retried
-    // (`FleetSession.underLock`), so no request waits out the client's 30 s. On a failure each
+    // (`FleetSession.underLock`), so no request waits out the client's 30 s; the pool may lend a
+    // connection just cut to the ping before a try, which is sent again (`HedgedCall`: in one CI
+    // run its failure made a node renew alone, 6 token requests in all). On a failure each
     // node's log is printed. `fleet.timeout` is 2 s here, not 1 s: with both cores loaded by
     // the rest of the suite, a ping slowed past 1 s by the cut made a node renew alone (the
     // outage path, tested on its own), and in the WeChat dialect each lone token request

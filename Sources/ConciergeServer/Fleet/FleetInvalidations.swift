@@ -57,7 +57,7 @@ actor FleetInvalidations {
             return .logged(seq)
         } catch {
             do { try await local.enqueue(text) } catch {
-                logger.error("fleet: an invalidation could not be kept for the fleet", metadata: ["error": "\(error)"])
+                logger.error("fleet: an invalidation could not be kept for the fleet", metadata: ["error": "\(FleetDatabase.describe(error))"])
             }
             logger.warning("fleet: invalidation kept in the outbox until PostgreSQL answers", metadata: ["error": "\(String(describing: error).prefix(200))"])
             return .pending
@@ -177,7 +177,7 @@ actor FleetInvalidations {
             }
         } catch {
             logger.warning("fleet: an invalidation failed here; emptying the cache instead",
-                           metadata: ["seq": "\(logged.seq)", "error": "\(error)"])
+                           metadata: ["seq": "\(logged.seq)", "error": "\(FleetDatabase.describe(error))"])
             _ = try? await cache.invalidate(.all)
         }
     }

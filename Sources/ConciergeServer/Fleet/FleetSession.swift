@@ -93,7 +93,7 @@ final class FleetSession: Sendable {
             do {
                 // A database that is down or frozen is found out within `fleet.timeout`; past
                 // this point only another node's token request is waited for.
-                try await Deadline.run(self.config.timeout) { try await self.database.ping() }
+                try await self.answers()
                 let outcome = try await self.underLock(waitingAtMost: lockWait, tokenTimeout: tokenTimeout, fetching: fetching) { row in
                     try await self.decide(row, stale: stale, kind: kind, loopGuard: loopGuard, fetch: fetchOnce)
                 }
@@ -103,9 +103,13 @@ final class FleetSession: Sendable {
             }
         }
         defer { work.cancel() }
+        // Set when the fleet failed this renewal while this node's own token request was under
+        // way: that request's answer is awaited (never a second request beside it).
+        var failure: (any Error)?
         for await event in signals {
             switch event {
             case .fetched:
+                if let failure { return fallBack(fetched.withLock { $0 }, failure) }
                 Task {
                     try? await Task.sleep(for: storeWait)
                     signal.yield(.storeTimedOut)
@@ -114,6 +118,10 @@ final class FleetSession: Sendable {
                 markReachable()
                 return outcome
             case .done(.failure(let error)):
+                if fetching.withLock({ $0 }), fetched.withLock({ $0 }) == nil {
+                    failure = error
+                    continue
+                }
                 return fallBack(fetched.withLock { $0 }, error)
             case .storeTimedOut:
                 return fallBack(fetched.withLock { $0 }, Deadline.Exceeded(limit: storeWait))
@@ -159,10 +167,16 @@ final class FleetSession: Sendable {
             } catch where ContinuousClock.now < giveUp && !fetching.withLock({ $0 })
                 && (error is LockAttempt.Unanswered || FleetDatabase.lockNotAvailable(error) || FleetDatabase.connectionLost(error)) {
                 // A new try only while PostgreSQL answers: down or frozen, this node renews alone.
-                try await Deadline.run(config.timeout) { try await self.database.ping() }
+                try await answers()
                 continue
             }
         }
+    }
+
+    /// Throws unless PostgreSQL answers a ping within `fleet.timeout`; a ping on a connection
+    /// that turns out lost is sent again (``HedgedCall``).
+    private func answers() async throws {
+        try await HedgedCall.run(within: config.timeout, askAgainAfter: config.timeout / 2) { try await self.database.ping() }
     }
 
     /// How long one try waits for the row's lock (PostgreSQL's `lock_timeout`) before the next.
@@ -390,7 +404,7 @@ final class FleetSession: Sendable {
     /// At most one warning a minute: a database that is down fails every call.
     private func warn(_ what: String, _ error: any Error) {
         if Self.due(lastWarning, every: .seconds(60)) {
-            logger.warning("fleet: \(what)", metadata: ["error": "\(String(describing: error).prefix(200))"])
+            logger.warning("fleet: \(what)", metadata: ["error": "\(FleetDatabase.describe(error).prefix(200))"])
         }
     }
 
@@ -503,7 +517,7 @@ struct FleetService: Service {
                 fleet.adopted(tokens)
                 fleet.logger.info("fleet: session adopted", metadata: ["user": "\(tokens.userID ?? "-")", "kind": "\(tokens.kind.rawValue)"])
             } catch {
-                fleet.logger.error("fleet: could not store the adopted session", metadata: ["error": "\(error)"])
+                fleet.logger.error("fleet: could not store the adopted session", metadata: ["error": "\(FleetDatabase.describe(error))"])
             }
         case .logout:
             await lifecycle.logout(ifAccessToken: nil, reason: .string("fleet"), publishToFleet: false)

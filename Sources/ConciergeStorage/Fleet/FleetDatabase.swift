@@ -355,6 +355,25 @@ public final class FleetDatabase: Sendable {
         return nil
     }
 
+    /// What went wrong, for a log line: postgres-nio describes its errors only generically (so
+    /// that no query or value leaks); this names the client's error code, and for an error
+    /// PostgreSQL sent its SQLSTATE and message (never the query, its values or the server's
+    /// detail), e.g. `server error 57P01: terminating connection due to administrator command`.
+    public static func describe(_ error: any Error) -> String {
+        if let transaction = error as? PostgresTransactionError {
+            let parts = [("BEGIN", transaction.beginError), ("in the transaction", transaction.closureError),
+                         ("ROLLBACK", transaction.rollbackError), ("COMMIT", transaction.commitError)]
+                .compactMap { what, error in error.map { "\(what): \(describe($0))" } }
+            return "transaction failed (" + parts.joined(separator: "; ") + ")"
+        }
+        guard let psql = error as? PSQLError else { return String(describing: error) }
+        if let state = psql.serverInfo?[.sqlState] {
+            return "server error \(state): \(psql.serverInfo?[.message] ?? "")"
+        }
+        if let underlying = psql.underlying { return "\(psql.code.description): \(underlying)" }
+        return psql.code.description
+    }
+
     /// Whether `error` says only that this call's connection was lost (closed by the server, as
     /// when its backend is terminated, or by the network) while PostgreSQL itself may well be
     /// up: worth one more try on a new connection, unlike a refusal, a timeout or a SQL error.
@@ -416,5 +435,86 @@ public enum Deadline {
         private let continuation: Mutex<CheckedContinuation<T, any Error>?>
         init(_ continuation: CheckedContinuation<T, any Error>) { self.continuation = Mutex(continuation) }
         func take() -> CheckedContinuation<T, any Error>? { continuation.withLock { $0.take() } }
+    }
+}
+
+/// A short call to PostgreSQL (a ping) asked again rather than waited on. The client's pool may
+/// lend a connection whose end it has not noticed yet (its backend just terminated): a call on
+/// it fails at once, or is never answered. So a call that failed with a `retryable` error (its
+/// connection lost) is made again at once, and one without an answer after `askAgainAfter` is
+/// made again beside it (on another connection, the first one being lent); the first answer
+/// counts, at most `tries` calls are made, and the caller never waits past `limit`
+/// (``Deadline/Exceeded``).
+public enum HedgedCall {
+    public static func run(within limit: Duration, askAgainAfter: Duration, tries: Int = 3,
+                           retryable: @escaping @Sendable (any Error) -> Bool = FleetDatabase.connectionLost,
+                           _ call: @escaping @Sendable () async throws -> Void) async throws {
+        try await Deadline.run(limit) {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                let calls = Calls(continuation, tries: tries)
+                @Sendable func ask() {
+                    guard calls.start() else { return }
+                    Task {
+                        do {
+                            try await call()
+                            calls.answer(.success(()))
+                        } catch {
+                            if calls.failed(error, retryable: retryable(error)) { ask() }
+                        }
+                    }
+                }
+                ask()
+                Task {
+                    try? await Task.sleep(for: askAgainAfter)
+                    ask()
+                }
+            }
+        }
+    }
+
+    /// The calls made so far and the caller's continuation, resumed once.
+    private final class Calls: Sendable {
+        private struct State {
+            var continuation: CheckedContinuation<Void, any Error>?
+            var made = 0
+            var pending = 0
+        }
+        private let state: Mutex<State>
+        private let tries: Int
+        init(_ continuation: CheckedContinuation<Void, any Error>, tries: Int) {
+            state = Mutex(State(continuation: continuation))
+            self.tries = tries
+        }
+
+        /// Whether one more call may be made (none answered yet, tries left); counts it.
+        func start() -> Bool {
+            state.withLock { s in
+                guard s.continuation != nil, s.made < tries else { return false }
+                s.made += 1
+                s.pending += 1
+                return true
+            }
+        }
+
+        func answer(_ result: Result<Void, any Error>) {
+            state.withLock { s in
+                s.pending -= 1
+                return s.continuation.take()
+            }?.resume(with: result)
+        }
+
+        /// A call failed: whether to make another. A failure that is not `retryable`, or the
+        /// last one with no tries left, is the caller's answer.
+        func failed(_ error: any Error, retryable: Bool) -> Bool {
+            let (again, continuation) = state.withLock { s -> (Bool, CheckedContinuation<Void, any Error>?) in
+                s.pending -= 1
+                guard s.continuation != nil else { return (false, nil) }
+                if retryable && s.made < tries { return (true, nil) }
+                if !retryable || s.pending == 0 { return (false, s.continuation.take()) }
+                return (false, nil)
+            }
+            continuation?.resume(throwing: error)
+            return again
+        }
     }
 }
