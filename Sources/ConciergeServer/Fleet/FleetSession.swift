@@ -173,10 +173,12 @@ final class FleetSession: Sendable {
         }
     }
 
-    /// Throws unless PostgreSQL answers a ping within `fleet.timeout`; a ping on a connection
-    /// that turns out lost is sent again (``HedgedCall``).
-    private func answers() async throws {
-        try await HedgedCall.run(within: config.timeout, askAgainAfter: config.timeout / 2) { try await self.database.ping() }
+    /// Throws unless PostgreSQL answers a ping within `limit` (`fleet.timeout` unless said); a
+    /// ping on a connection that turns out lost is sent again (``HedgedCall``): a lost
+    /// connection is not an outage.
+    func answers(within limit: Duration? = nil) async throws {
+        let limit = limit ?? config.timeout
+        try await HedgedCall.run(within: limit, askAgainAfter: limit / 2) { try await self.database.ping() }
     }
 
     /// How long one try waits for the row's lock (PostgreSQL's `lock_timeout`) before the next.
@@ -490,7 +492,7 @@ struct FleetService: Service {
         while !Task.isCancelled {
             try? await Task.sleep(for: .seconds(1))
             do {
-                try await Deadline.run(fleet.config.timeout * 5) { try await fleet.database.ping() }
+                try await fleet.answers(within: fleet.config.timeout * 5)
                 await heard(.connected)
                 await invalidations.report()
             } catch {
