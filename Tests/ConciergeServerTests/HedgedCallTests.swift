@@ -74,7 +74,7 @@ struct HedgedCallTests {
         script.gate.open()
     }
 
-    @Test("against PostgreSQL: right after every backend of the pool is terminated, a hedged ping answers (20 rounds)")
+    @Test("against PostgreSQL: right after every backend of the pool is terminated, a hedged ping answers (20 rounds); errors are described by SQLSTATE and message, never a quoted value")
     func pingAfterBackendsTerminated() async throws {
         let cluster = try await PostgresCluster.start()
         let address = try ConciergeConfig.PostgresAddress.parse(cluster.url).get()
@@ -96,6 +96,19 @@ struct HedgedCallTests {
                 } catch {
                     Issue.record("round \(round): \(FleetDatabase.describe(error))")
                 }
+            }
+            // How such errors are logged: the SQLSTATE and message, never a quoted value.
+            do {
+                try await database.client.query("SELECT 'a-secret-value'::int")
+                Issue.record("the bad cast was accepted")
+            } catch {
+                #expect(FleetDatabase.describe(error) == "server error 22P02", "\(FleetDatabase.describe(error))")
+            }
+            do {
+                try await database.client.query("SELECT * FROM no_such_table")
+                Issue.record("the missing table was found")
+            } catch {
+                #expect(FleetDatabase.describe(error) == "server error 42P01: relation \"no_such_table\" does not exist")
             }
         } catch {
             running.cancel()

@@ -59,7 +59,7 @@ actor FleetInvalidations {
             do { try await local.enqueue(text) } catch {
                 logger.error("fleet: an invalidation could not be kept for the fleet", metadata: ["error": "\(FleetDatabase.describe(error))"])
             }
-            logger.warning("fleet: invalidation kept in the outbox until PostgreSQL answers", metadata: ["error": "\(String(describing: error).prefix(200))"])
+            logger.warning("fleet: invalidation kept in the outbox until PostgreSQL answers", metadata: ["error": "\(FleetDatabase.describe(error).prefix(200))"])
             return .pending
         }
     }
@@ -150,7 +150,7 @@ actor FleetInvalidations {
             }
         } catch {
             logger.warning("fleet: could not read the invalidation log; retrying on the next announcement",
-                           metadata: ["error": "\(String(describing: error).prefix(200))"])
+                           metadata: ["error": "\(FleetDatabase.describe(error).prefix(200))"])
         }
     }
 

@@ -357,8 +357,10 @@ public final class FleetDatabase: Sendable {
 
     /// What went wrong, for a log line: postgres-nio describes its errors only generically (so
     /// that no query or value leaks); this names the client's error code, and for an error
-    /// PostgreSQL sent its SQLSTATE and message (never the query, its values or the server's
-    /// detail), e.g. `server error 57P01: terminating connection due to administrator command`.
+    /// PostgreSQL sent its SQLSTATE and message, e.g. `server error 57P01: terminating
+    /// connection due to administrator command`. Never the query, its values or the server's
+    /// detail; no message for data and constraint errors (SQLSTATE classes 22 and 23), whose
+    /// messages may quote a value.
     public static func describe(_ error: any Error) -> String {
         if let transaction = error as? PostgresTransactionError {
             let parts = [("BEGIN", transaction.beginError), ("in the transaction", transaction.closureError),
@@ -368,9 +370,10 @@ public final class FleetDatabase: Sendable {
         }
         guard let psql = error as? PSQLError else { return String(describing: error) }
         if let state = psql.serverInfo?[.sqlState] {
+            if state.hasPrefix("22") || state.hasPrefix("23") { return "server error \(state)" }
             return "server error \(state): \(psql.serverInfo?[.message] ?? "")"
         }
-        if let underlying = psql.underlying { return "\(psql.code.description): \(underlying)" }
+        if let underlying = psql.underlying { return "\(psql.code.description): \(describe(underlying))" }
         return psql.code.description
     }
 
