@@ -460,7 +460,7 @@ public enum HedgedCall {
                     Task {
                         do {
                             try await call()
-                            calls.answer(.success(()))
+                            calls.answered()
                         } catch {
                             if calls.failed(error, retryable: retryable(error)) { ask() }
                         }
@@ -499,11 +499,12 @@ public enum HedgedCall {
             }
         }
 
-        func answer(_ result: Result<Void, any Error>) {
+        /// A call answered: the caller's answer, unless another call answered first.
+        func answered() {
             state.withLock { s in
                 s.pending -= 1
                 return s.continuation.take()
-            }?.resume(with: result)
+            }?.resume()
         }
 
         /// A call failed: whether to make another. A failure that is not `retryable`, or the
