@@ -11,7 +11,7 @@ import NIOHTTP1
 /// (`concierge-fuzz config FILE…`), and in the unit tests, which replay the seed corpora
 /// in `Fuzz/corpus/` (one folder per target name).
 public enum FuzzTargets {
-    public static let names = ["config", "subrequests", "cachekey", "jsonscan", "wirehead", "forwarded", "headboundary"]
+    public static let names = ["config", "subrequests", "cachekey", "jsonscan", "wirehead", "forwarded", "headboundary", "plainreply"]
 
     /// The target of that name (also the corpus folder's name).
     public static func named(_ name: String) -> (@Sendable ([UInt8]) -> Void)? {
@@ -23,6 +23,7 @@ public enum FuzzTargets {
         case "wirehead": return wireHead
         case "forwarded": return forwardedBytes
         case "headboundary": return headBoundary
+        case "plainreply": return plainReply
         default: return nil
         }
     }

@@ -24,6 +24,15 @@ public enum ASCIICase {
         return zip(text.utf8, lowercase.utf8).allSatisfy { lowered($0) == $1 }
     }
 
+    /// Whether `bytes` equal `lowercase` (lowercase ASCII), ignoring ASCII case.
+    @inlinable
+    public static func equals(_ bytes: UnsafeRawBufferPointer, lowercase: StaticString) -> Bool {
+        guard bytes.count == lowercase.utf8CodeUnitCount else { return false }
+        let b = lowercase.utf8Start
+        for i in 0..<bytes.count where lowered(bytes[i]) != b[i] { return false }
+        return true
+    }
+
     /// Whether `text` equals one of `lowercase` (lowercase ASCII), ignoring ASCII case.
     @inlinable
     public static func equalsAny(_ text: String, lowercase: [String]) -> Bool {

@@ -5,27 +5,100 @@ import NIOHTTP1
 /// once, common params added, the login guard passed, the token to inject chosen, and the
 /// cache scope and key decided. Everything later (cache, upstream, session) starts from it.
 public struct PreparedRequest: Sendable {
-    /// The request as it goes upstream before the token and the signature.
-    public var request: ProxyRequest
-    public var endpoint: EndpointPolicy
-    /// The configuration this request runs under, start to end (a reload does not change it).
-    public var config: RuntimeConfig
-    public var upstream: ConciergeConfig.Upstream
-    /// The session token to inject, if this endpoint takes one. With an app token not
-    /// fetched yet it is `nil` while ``injects`` is true: the exchange fetches one first.
-    public var token: String?
-    /// The endpoint takes Concierge's token.
-    public var injects: Bool
-    /// The cache key, for a cacheable request whose reply may be stored.
-    public var cacheKey: String?
-    public var scope: CacheScope
-    /// The client asked to skip the cache (`Cache-Control: no-cache`, `X-Concierge-Cache: bypass`).
-    public var bypass: Bool
-    /// The client's headers as received (the upstream request starts from them).
-    public var originalHeaders: HTTPHeaders
-    /// The client's target as received (path and query).
-    public var receivedTarget: String
-    public var clientAddress: String?
+    /// What a prepared request holds. A request is copied into each step of a miss (the
+    /// exchange's callback, the coalescer, the store): held behind one reference and copied on
+    /// write, such a copy is one retain instead of one for each of the strings, headers and
+    /// configuration values below.
+    struct Fields: Sendable {
+        /// The request as it goes upstream before the token and the signature.
+        var request: ProxyRequest
+        var endpoint: EndpointPolicy
+        /// The configuration this request runs under, start to end (a reload does not change it).
+        var config: RuntimeConfig
+        var upstream: ConciergeConfig.Upstream
+        /// The session token to inject, if this endpoint takes one. With an app token not
+        /// fetched yet it is `nil` while ``injects`` is true: the exchange fetches one first.
+        var token: String?
+        /// The endpoint takes Concierge's token.
+        var injects: Bool
+        /// The cache key, for a cacheable request whose reply may be stored.
+        var cacheKey: String?
+        var scope: CacheScope
+        /// The client asked to skip the cache (`Cache-Control: no-cache`, `X-Concierge-Cache: bypass`).
+        var bypass: Bool
+        /// The client's headers as received (the upstream request starts from them).
+        var originalHeaders: HTTPHeaders
+        /// The client's target as received (path and query).
+        var receivedTarget: String
+        var clientAddress: String?
+    }
+
+    /// The fields' box. `@unchecked Sendable`: its one mutable property is written only
+    /// through ``unique()``, that is while this is the only reference to the box (a request
+    /// that was copied, and so may be shared with another thread, is copied before a write),
+    /// so a box another thread can see is never written: the same rule as `Array`'s buffer.
+    private final class Storage: @unchecked Sendable {
+        var fields: Fields
+        init(_ fields: Fields) { self.fields = fields }
+    }
+
+    private var storage: Storage
+
+    init(_ fields: Fields) { storage = Storage(fields) }
+
+    /// Copies the box first when another request shares it.
+    private mutating func unique() {
+        if !isKnownUniquelyReferenced(&storage) { storage = Storage(storage.fields) }
+    }
+
+    public var request: ProxyRequest {
+        _read { yield storage.fields.request }
+        _modify { unique(); yield &storage.fields.request }
+    }
+    public var endpoint: EndpointPolicy {
+        _read { yield storage.fields.endpoint }
+        _modify { unique(); yield &storage.fields.endpoint }
+    }
+    public var config: RuntimeConfig {
+        _read { yield storage.fields.config }
+        _modify { unique(); yield &storage.fields.config }
+    }
+    public var upstream: ConciergeConfig.Upstream {
+        _read { yield storage.fields.upstream }
+        _modify { unique(); yield &storage.fields.upstream }
+    }
+    public var token: String? {
+        _read { yield storage.fields.token }
+        _modify { unique(); yield &storage.fields.token }
+    }
+    public var injects: Bool {
+        _read { yield storage.fields.injects }
+        _modify { unique(); yield &storage.fields.injects }
+    }
+    public var cacheKey: String? {
+        _read { yield storage.fields.cacheKey }
+        _modify { unique(); yield &storage.fields.cacheKey }
+    }
+    public var scope: CacheScope {
+        _read { yield storage.fields.scope }
+        _modify { unique(); yield &storage.fields.scope }
+    }
+    public var bypass: Bool {
+        _read { yield storage.fields.bypass }
+        _modify { unique(); yield &storage.fields.bypass }
+    }
+    public var originalHeaders: HTTPHeaders {
+        _read { yield storage.fields.originalHeaders }
+        _modify { unique(); yield &storage.fields.originalHeaders }
+    }
+    public var receivedTarget: String {
+        _read { yield storage.fields.receivedTarget }
+        _modify { unique(); yield &storage.fields.receivedTarget }
+    }
+    public var clientAddress: String? {
+        _read { yield storage.fields.clientAddress }
+        _modify { unique(); yield &storage.fields.clientAddress }
+    }
 
     /// What preparing a request leads to.
     public enum Outcome: Sendable {
@@ -87,10 +160,10 @@ public struct PreparedRequest: Sendable {
         }
         let injects = endpoint.login != .none && (session != nil || appToken) && !rc.injector.points.isEmpty
         let upstream = rc.settings.upstream(named: endpoint.upstream ?? environment) ?? rc.settings.upstreams[0]
-        var prepared = PreparedRequest(request: request, endpoint: endpoint, config: rc, upstream: upstream,
+        var prepared = PreparedRequest(Fields(request: request, endpoint: endpoint, config: rc, upstream: upstream,
                                        token: injects ? session?.accessToken : nil, injects: injects, cacheKey: nil,
                                        scope: .notStorable, bypass: bypasses(received.headers),
-                                       originalHeaders: received.headers, receivedTarget: target, clientAddress: received.clientAddress)
+                                       originalHeaders: received.headers, receivedTarget: target, clientAddress: received.clientAddress))
         if endpoint.isCacheable, received.body != nil {
             let authorizationReplaced = injects && rc.injector.replacesAuthorization
             prepared.scope = CacheScope.of(endpoint, injects: injects, appToken: appToken, session: session,

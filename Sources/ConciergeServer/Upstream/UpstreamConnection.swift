@@ -4,7 +4,7 @@ import NIOHTTP1
 import NIOSSL
 
 /// One keep-alive HTTP/1.1 client channel to an upstream: the last handler of its pipeline
-/// (after `NIOSSLClientHandler` for https, and NIO's request encoder and response decoder).
+/// (after `NIOSSLClientHandler` for https, the ``PlainReplyReader`` and NIO's response decoder).
 /// It runs one exchange at a time and buffers the reply up to a limit.
 ///
 /// - Important: Confined to its channel's event loop, like the ``UpstreamLoopPool`` that
@@ -33,6 +33,12 @@ final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     private var context: ChannelHandlerContext?
+    /// Reads the replies while they are plain; told of each request while it does.
+    private var reader: PlainReplyReader?
+    /// NIO's response decoder in this pipeline (a class, run on this channel's loop), told
+    /// each request's method directly once it reads the replies: a reply to HEAD announces a
+    /// length it does not send.
+    private let decoder: HTTPResponseDecoder?
     /// The ``UpstreamWireWriter``'s context: request bytes are written from there.
     private var wireContext: ChannelHandlerContext?
     private var exchange: Exchange?
@@ -40,10 +46,20 @@ final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
     private var replyHead: HTTPResponseHead?
     private var replyBody: ByteBuffer?
     private var isClosed = false
+    /// In ``channelRead(context:data:)``: the decoder is decoding.
+    private var isReading = false
     /// Exchanges completed on this connection: more than zero makes it a reused one.
     private(set) var completedExchanges = 0
     /// Called once, when the channel goes inactive (after any exchange in flight has failed).
     var onClose: (() -> Void)?
+
+    /// - Parameters:
+    ///   - decoder: the response decoder in front of this handler; `nil` writes each request's
+    ///     head through the pipeline for it to observe instead.
+    ///   - reader: the reader of plain replies in front of the decoder, if any.
+    init(decoder: HTTPResponseDecoder? = nil, reader: PlainReplyReader? = nil) {
+        (self.decoder, self.reader) = (decoder, reader)
+    }
 
     var isBusy: Bool { exchange != nil }
     var closeFuture: EventLoopFuture<Void>? { context?.channel.closeFuture }
@@ -57,10 +73,22 @@ final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
         }
         exchange = Exchange(maxBody: maxBody, isHead: request.method == .HEAD, completion: completion, closeAfter: request.closeAfter)
         (replyHead, replyBody) = (nil, nil)
-        // The head tells NIO's response decoder the method (``UpstreamWireWriter`` drops it);
-        // the ready bytes go out from the writer's place in the pipeline, below the decoder,
-        // which has nothing to observe in them (a write through it costs ~5k instructions).
-        context.write(wrapOutboundOut(.head(HTTPRequestHead(version: .http1_1, method: request.method, uri: request.target))), promise: nil)
+        // The head tells NIO's response decoder the method: handed to it directly, as
+        // `ByteToMessageHandler` would on a write (through the pipeline, where
+        // ``UpstreamWireWriter`` drops it, that costs ~5k instructions). The ready bytes go out
+        // from the writer's place in the pipeline, below the decoder, which has nothing to
+        // observe in them.
+        // Not while the decoder is decoding (a request sent from the end of the last reply):
+        // `ByteToMessageHandler` holds such a write back until the bytes it has are decoded,
+        // so a reply the upstream sent before this request stays unsolicited, and fails.
+        let head = HTTPRequestHead(version: .http1_1, method: request.method, uri: request.target)
+        if let reader, reader.readsPlainly {
+            reader.expect(head)
+        } else if let decoder, !isReading {
+            decoder.write(data: .head(head))
+        } else {
+            context.write(wrapOutboundOut(.head(head)), promise: nil)
+        }
         // No promise: a write that fails closes the channel (after `errorCaught`), and either
         // fails the exchange as not one reply byte arrived.
         if let wire = wireContext {
@@ -90,23 +118,32 @@ final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
-        (self.context, wireContext) = (nil, nil)
+        (self.context, wireContext, reader) = (nil, nil, nil)
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        isReading = true
+        defer { isReading = false }
+        receive(unwrapInboundIn(data))
+    }
+
+    /// One part of the reply in flight, from NIO's decoder or the ``PlainReplyReader``.
+    /// - Parameter reusable: `false` for an end followed by bytes no request asked for: the
+    ///   connection is not used again.
+    func receive(_ part: HTTPClientResponsePart, reusable: Bool = true) {
         guard let exchange else {
             // A reply nobody asked for: the connection's framing can no longer be trusted.
             close()
             return
         }
-        switch unwrapInboundIn(data) {
+        switch part {
         case .head(let head):
             replyHead = head
             guard Self.announcesBody(head, isHead: exchange.isHead),
                   let length = head.headers.first(name: "content-length").flatMap(Int.init) else { return }
             if length > exchange.maxBody {
                 fail(.tooLarge, error: nil)
-            } else if length > 0 {
+            } else if length > 0, let context {
                 replyBody = context.channel.allocator.buffer(capacity: min(length, 1 << 20))
             }
         case .body(let part):
@@ -116,7 +153,7 @@ final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
             }
             if replyBody == nil { replyBody = part } else { replyBody!.writeImmutableBuffer(part) }
         case .end:
-            finish()
+            finish(reusable: reusable)
         }
     }
 
@@ -135,7 +172,7 @@ final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
 
     // MARK: Ending an exchange
 
-    private func finish() {
+    private func finish(reusable: Bool) {
         guard let exchange, let head = replyHead else { return }
         let body = replyBody ?? ByteBuffer()
         (self.exchange, replyHead, replyBody) = (nil, nil, nil)
@@ -143,7 +180,7 @@ final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
         let response = UpstreamResponse(status: Int(head.status.code), headers: head.headers, body: body)
         // A body read to the end of the connection ends while the channel is already inactive.
         let open = !isClosed && context?.channel.isActive == true
-        exchange.completion(.response(response, keepAlive: head.isKeepAlive && !exchange.closeAfter && open))
+        exchange.completion(.response(response, keepAlive: head.isKeepAlive && !exchange.closeAfter && open && reusable))
     }
 
     private static func announcesBody(_ head: HTTPResponseHead, isHead: Bool) -> Bool {
@@ -163,16 +200,22 @@ final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
 }
 
 extension UpstreamConnection {
-    /// Adds TLS (for https), the request writer, NIO's HTTP/1.1 response decoder and an
-    /// ``UpstreamConnection`` to a new channel's pipeline. Runs on the channel's event loop.
+    /// Adds TLS (for https), the request writer, the reader of plain replies, NIO's HTTP/1.1
+    /// response decoder and an ``UpstreamConnection`` to a new channel's pipeline. Runs on the
+    /// channel's event loop.
     static func configure(_ channel: any Channel, tls: (context: NIOSSLContext, serverName: String?)?) throws {
         let pipeline = channel.pipeline.syncOperations
         if let tls {
             try pipeline.addHandler(NIOSSLClientHandler(context: tls.context, serverHostname: tls.serverName))
         }
         try pipeline.addHandler(UpstreamWireWriter())
-        try pipeline.addHandler(ByteToMessageHandler(HTTPResponseDecoder(leftOverBytesStrategy: .dropBytes)))
-        try pipeline.addHandler(UpstreamConnection())
+        let decoder = HTTPResponseDecoder(leftOverBytesStrategy: .dropBytes)
+        let reader = PlainReplyReader(decoder: decoder)
+        let connection = UpstreamConnection(decoder: decoder, reader: reader)
+        reader.connection = connection
+        try pipeline.addHandler(reader)
+        try pipeline.addHandler(ByteToMessageHandler(decoder))
+        try pipeline.addHandler(connection)
     }
 }
 

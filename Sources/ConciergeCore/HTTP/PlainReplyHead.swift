@@ -1,0 +1,135 @@
+import NIOHTTP1
+
+/// The head of an upstream reply in its plainest form, read straight from its bytes: an
+/// HTTP/1.1 or 1.0 status line with a final status (200–599), header fields of a token name and
+/// a visible-ASCII value, and a body framed by one `Content-Length` (or none: a reply to `HEAD`,
+/// `204`, `304`). This is what nearly every reply of a JSON API is; reading it here costs a
+/// fraction of NIO's general decoder. Keep-alive is the fields' (`HTTPResponseHead.isKeepAlive`).
+///
+/// Anything else is ``Parse/unusual`` and left to NIO's decoder, which reads every form
+/// HTTP/1.1 allows (or refuses it): `Transfer-Encoding`, a body read to the end of the
+/// connection, interim `1xx` replies, obs-fold, a bare LF, a second `Content-Length`,
+/// obs-text, white space before a colon or ending a value, a head over ``maxBytes``. So what this accepts is a
+/// strict subset of what the decoder accepts, read the same way (a test compares both over a
+/// grid of heads and splits).
+public struct PlainReplyHead: Sendable {
+    public var version: HTTPVersion
+    public var status: Int
+    public var headers: HTTPHeaders
+    /// The body's length: `0` when the reply has no body (`HEAD`, `204`, `304`).
+    public var bodyLength: Int
+
+    /// The most bytes a head may take here; a longer one goes to the decoder (with its own limits).
+    public static let maxBytes = 16 * 1024
+
+    public enum Parse: Sendable {
+        /// A whole head of `length` bytes, the blank line included.
+        case complete(PlainReplyHead, length: Int)
+        /// No blank line yet (and fewer than ``maxBytes`` bytes): wait for more.
+        case needMore
+        /// Not in the plain form: the decoder reads it.
+        case unusual
+    }
+
+    /// Reads the head at the start of `bytes`.
+    /// - Parameter toHEAD: the request was a `HEAD` (its reply announces a length it does not send).
+    public static func parse(_ bytes: UnsafeRawBufferPointer, toHEAD: Bool) -> Parse {
+        let cr: UInt8 = 0x0D, lf: UInt8 = 0x0A
+        let count = bytes.count
+        // The status line: `HTTP/1.x NNN ` and a reason phrase, possibly empty.
+        guard count >= 14 else {
+            // What came so far must begin `HTTP/1.x NNN `, else the decoder reads it now.
+            let start: StaticString = "HTTP/1.1 000 "
+            for i in 0..<min(count, 13) {
+                let b = bytes[i], s = start.utf8Start[i]
+                let fits = i == 7 ? b == 0x30 || b == 0x31 : (9...11).contains(i) ? isDigit(b) : b == s
+                guard fits else { return .unusual }
+            }
+            return .needMore
+        }
+        guard bytes[0] == 0x48, bytes[1] == 0x54, bytes[2] == 0x54, bytes[3] == 0x50, bytes[4] == 0x2F,  // HTTP/
+              bytes[5] == 0x31, bytes[6] == 0x2E, bytes[7] == 0x31 || bytes[7] == 0x30, bytes[8] == 0x20,  // 1.x
+              isDigit(bytes[9]), isDigit(bytes[10]), isDigit(bytes[11])
+        else { return .unusual }
+        let minor = Int(bytes[7] &- 0x30)
+        let status = Int(bytes[9] &- 0x30) * 100 + Int(bytes[10] &- 0x30) * 10 + Int(bytes[11] &- 0x30)
+        guard status >= 200, status <= 599 else { return .unusual }
+        // `SP reason-phrase`: the space is required, the phrase may be empty.
+        guard bytes[12] == 0x20 else { return .unusual }
+        var i = 13
+        while i < count, bytes[i] != cr {
+            let b = bytes[i]
+            guard b == 0x09 || (b >= 0x20 && b < 0x7F) else { return .unusual }
+            i += 1
+        }
+        guard i + 1 < count else { return needMoreOrUnusual(bytes) }
+        guard bytes[i] == cr, bytes[i + 1] == lf else { return .unusual }
+        i += 2
+
+        var headers = HTTPHeaders()
+        var contentLength: Int? = nil
+        while true {
+            guard i + 1 < count else { return needMoreOrUnusual(bytes) }
+            if bytes[i] == cr {
+                guard bytes[i + 1] == lf else { return .unusual }
+                i += 2
+                break
+            }
+            // name ":" OWS value OWS CRLF; a line starting with white space is obs-fold.
+            let nameStart = i
+            while i < count, HTTPFieldSyntax.isTokenCharacter(bytes[i]) { i += 1 }
+            guard i < count else { return needMoreOrUnusual(bytes) }
+            guard i > nameStart, bytes[i] == 0x3A else { return .unusual }
+            let nameEnd = i
+            i += 1
+            while i < count, bytes[i] == 0x20 || bytes[i] == 0x09 { i += 1 }
+            let valueStart = i
+            while i < count, bytes[i] != cr {
+                let b = bytes[i]
+                guard b == 0x09 || (b >= 0x20 && b < 0x7F) else { return .unusual }
+                i += 1
+            }
+            guard i + 1 < count else { return needMoreOrUnusual(bytes) }
+            // White space before the CRLF: NIO's decoder keeps it in the value; the decoder reads it.
+            guard bytes[i + 1] == lf, i == valueStart || (bytes[i - 1] != 0x20 && bytes[i - 1] != 0x09) else { return .unusual }
+            let valueEnd = i
+            i += 2
+            let name = UnsafeRawBufferPointer(rebasing: bytes[nameStart..<nameEnd])
+            let value = UnsafeRawBufferPointer(rebasing: bytes[valueStart..<valueEnd])
+            switch name.count {
+            case 14 where ASCIICase.equals(name, lowercase: "content-length"):
+                guard contentLength == nil, let length = decimal(value) else { return .unusual }
+                contentLength = length
+            case 17 where ASCIICase.equals(name, lowercase: "transfer-encoding"):
+                return .unusual
+            default:
+                break
+            }
+            headers.add(name: String(decoding: name, as: UTF8.self), value: String(decoding: value, as: UTF8.self))
+        }
+        guard i <= maxBytes else { return .unusual }
+        let bodyless = toHEAD || status == 204 || status == 304
+        guard bodyless || contentLength != nil else { return .unusual }  // chunked or read to the end
+        let head = PlainReplyHead(version: HTTPVersion(major: 1, minor: minor), status: status, headers: headers,
+                                  bodyLength: bodyless ? 0 : contentLength!)
+        return .complete(head, length: i)
+    }
+
+    /// The bytes so far begin a plain head: wait for more, unless the head would be too long.
+    private static func needMoreOrUnusual(_ bytes: UnsafeRawBufferPointer) -> Parse {
+        bytes.count < maxBytes ? .needMore : .unusual
+    }
+
+    private static func isDigit(_ b: UInt8) -> Bool { b >= 0x30 && b <= 0x39 }
+
+    /// 1–18 digits, nothing else (no sign, no white space inside, no list).
+    private static func decimal(_ bytes: UnsafeRawBufferPointer) -> Int? {
+        guard !bytes.isEmpty, bytes.count <= 18 else { return nil }
+        var value = 0
+        for b in bytes {
+            guard isDigit(b) else { return nil }
+            value = value * 10 + Int(b &- 0x30)
+        }
+        return value
+    }
+}
