@@ -6,7 +6,7 @@ import NIOHTTP1
 extension FuzzTargets {
     /// What the upstream side's plain reader rests on, against NIO's response decoder: a head
     /// ``PlainReplyHead/parse(_:toHEAD:)`` reads as complete is read by the decoder the same way
-    /// (version, status, every field name and value in order), and the decoder then takes the
+    /// (version, status, every field name and value in order, keep-alive), and the decoder then takes the
     /// body of the length the plain head says, ends the reply, and reports no error. A head the
     /// plain parser calls unusual is the decoder's alone, and is not checked.
     ///
@@ -36,6 +36,7 @@ extension FuzzTargets {
         let fields = head.headers.map { [$0.name, $0.value] }
         let plainFields = plain.headers.map { [$0.name, $0.value] }
         guard head.version == plain.version, Int(head.status.code) == plain.status, fields == plainFields,
+              head.isKeepAlive == plain.keepAlive,
               parts.bodyBytes == plain.bodyLength, parts.ended
         else {
             preconditionFailure("the decoder read a plain head otherwise: \(head) \(parts.bodyBytes) body bytes, ended \(parts.ended); plain \(plain)")

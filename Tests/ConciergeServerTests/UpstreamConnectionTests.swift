@@ -139,6 +139,8 @@ struct UpstreamConnectionTests {
         ("GET", "HTTP/1.1 200 OK\r\nContent-Length:  3\r\nConnection: close\r\n\r\nabc"),
         ("GET", "HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok"),
         ("GET", "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok"),
+        ("GET", "HTTP/1.0 200 OK\r\nConnection: Upgrade ,Keep-Alive\r\nContent-Length: 2\r\n\r\nok"),
+        ("GET", "HTTP/1.1 200 OK\r\nConnection: keep-alive,\tCLOSE\r\nContent-Length: 2\r\n\r\nok"),
         ("GET", "HTTP/1.1 204 No Content\r\nContent-Length: 7\r\n\r\n"),
         ("GET", "HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\n\r\n"),
         ("HEAD", "HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n"),
@@ -163,7 +165,7 @@ struct UpstreamConnectionTests {
     ]
 
     /// Whether the reader reads `reply` itself (else the decoder does).
-    static func isPlain(_ index: Int) -> Bool { index < 10 }
+    static func isPlain(_ index: Int) -> Bool { index < 12 }
 
     /// Feeds `reply` (cut at `cuts`) for one request and then a plain reply for a second, to the
     /// pipeline `make` builds; what both exchanges ended with, and whether the reader (if any)

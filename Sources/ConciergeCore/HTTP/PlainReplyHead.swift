@@ -4,7 +4,7 @@ import NIOHTTP1
 /// HTTP/1.1 or 1.0 status line with a final status (200–599), header fields of a token name and
 /// a visible-ASCII value, and a body framed by one `Content-Length` (or none: a reply to `HEAD`,
 /// `204`, `304`). This is what nearly every reply of a JSON API is; reading it here costs a
-/// fraction of NIO's general decoder. Keep-alive is the fields' (`HTTPResponseHead.isKeepAlive`).
+/// fraction of NIO's general decoder.
 ///
 /// Anything else is ``Parse/unusual`` and left to NIO's decoder, which reads every form
 /// HTTP/1.1 allows (or refuses it): `Transfer-Encoding`, a body read to the end of the
@@ -18,6 +18,10 @@ public struct PlainReplyHead: Sendable {
     public var headers: HTTPHeaders
     /// The body's length: `0` when the reply has no body (`HEAD`, `204`, `304`).
     public var bodyLength: Int
+    /// The connection stays open after this reply: HTTP/1.1 without a `Connection: close`,
+    /// HTTP/1.0 with a `Connection: keep-alive` and without `close` (as NIO's decoder says;
+    /// `HTTPResponseHead.isKeepAlive` of fields built here would read them again as text).
+    public var keepAlive: Bool
 
     /// The most bytes a head may take here; a longer one goes to the decoder (with its own limits).
     public static let maxBytes = 16 * 1024
@@ -66,8 +70,10 @@ public struct PlainReplyHead: Sendable {
         guard bytes[i] == cr, bytes[i + 1] == lf else { return .unusual }
         i += 2
 
-        var headers = HTTPHeaders()
+        var fields: [(String, String)] = []
+        fields.reserveCapacity(12)
         var contentLength: Int? = nil
+        var close = false, keepAliveToken = false
         while true {
             guard i + 1 < count else { return needMoreOrUnusual(bytes) }
             if bytes[i] == cr {
@@ -102,16 +108,29 @@ public struct PlainReplyHead: Sendable {
                 contentLength = length
             case 17 where ASCIICase.equals(name, lowercase: "transfer-encoding"):
                 return .unusual
+            case 10 where ASCIICase.equals(name, lowercase: "connection"):
+                var start = 0
+                for end in 0...value.count where end == value.count || value[end] == 0x2C {
+                    var (from, to) = (start, end)
+                    while from < to, value[from] == 0x20 || value[from] == 0x09 { from += 1 }
+                    while to > from, value[to - 1] == 0x20 || value[to - 1] == 0x09 { to -= 1 }
+                    let token = UnsafeRawBufferPointer(rebasing: value[from..<to])
+                    if ASCIICase.equals(token, lowercase: "close") { close = true }
+                    if ASCIICase.equals(token, lowercase: "keep-alive") { keepAliveToken = true }
+                    start = end + 1
+                }
             default:
                 break
             }
-            headers.add(name: String(decoding: name, as: UTF8.self), value: String(decoding: value, as: UTF8.self))
+            fields.append((String(decoding: name, as: UTF8.self), String(decoding: value, as: UTF8.self)))
         }
         guard i <= maxBytes else { return .unusual }
         let bodyless = toHEAD || status == 204 || status == 304
         guard bodyless || contentLength != nil else { return .unusual }  // chunked or read to the end
-        let head = PlainReplyHead(version: HTTPVersion(major: 1, minor: minor), status: status, headers: headers,
-                                  bodyLength: bodyless ? 0 : contentLength!)
+        // One array of the fields, given whole to `HTTPHeaders` (its `add` grows its array and
+        // compares every name with `connection`).
+        let head = PlainReplyHead(version: HTTPVersion(major: 1, minor: minor), status: status, headers: HTTPHeaders(fields),
+                                  bodyLength: bodyless ? 0 : contentLength!, keepAlive: !close && (minor == 1 || keepAliveToken))
         return .complete(head, length: i)
     }
 

@@ -88,7 +88,8 @@ final class PlainReplyReader: ChannelInboundHandler, RemovableChannelHandler {
             case .complete(let head, let length):
                 received!.moveReaderIndex(forwardBy: length)
                 let status = HTTPResponseStatus(statusCode: head.status)
-                connection?.receive(.head(HTTPResponseHead(version: head.version, status: status, headers: head.headers)))
+                connection?.receive(.head(HTTPResponseHead(version: head.version, status: status, headers: head.headers)),
+                                    keepAlive: head.keepAlive)
                 if head.bodyLength > 0 { bodyLeft = head.bodyLength } else { end() }
             }
         }

@@ -44,6 +44,8 @@ final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
     private var exchange: Exchange?
     /// The reply so far, kept outside `exchange` so the body grows in place.
     private var replyHead: HTTPResponseHead?
+    /// Whether the reply's head keeps the connection open, when its reader said so.
+    private var replyKeepAlive: Bool?
     private var replyBody: ByteBuffer?
     private var isClosed = false
     /// In ``channelRead(context:data:)``: the decoder is decoding.
@@ -72,7 +74,7 @@ final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
             return
         }
         exchange = Exchange(maxBody: maxBody, isHead: request.method == .HEAD, completion: completion, closeAfter: request.closeAfter)
-        (replyHead, replyBody) = (nil, nil)
+        (replyHead, replyKeepAlive, replyBody) = (nil, nil, nil)
         // The head tells NIO's response decoder the method: handed to it directly, as
         // `ByteToMessageHandler` would on a write (through the pipeline, where
         // ``UpstreamWireWriter`` drops it, that costs ~5k instructions). The ready bytes go out
@@ -128,9 +130,12 @@ final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     /// One part of the reply in flight, from NIO's decoder or the ``PlainReplyReader``.
-    /// - Parameter reusable: `false` for an end followed by bytes no request asked for: the
-    ///   connection is not used again.
-    func receive(_ part: HTTPClientResponsePart, reusable: Bool = true) {
+    /// - Parameters:
+    ///   - keepAlive: with a head, whether it keeps the connection open (else the head's
+    ///     `isKeepAlive` says, which reads the fields again unless NIO's decoder made them).
+    ///   - reusable: `false` for an end followed by bytes no request asked for: the
+    ///     connection is not used again.
+    func receive(_ part: HTTPClientResponsePart, keepAlive: Bool? = nil, reusable: Bool = true) {
         guard let exchange else {
             // A reply nobody asked for: the connection's framing can no longer be trusted.
             close()
@@ -138,7 +143,7 @@ final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
         }
         switch part {
         case .head(let head):
-            replyHead = head
+            (replyHead, replyKeepAlive) = (head, keepAlive)
             guard Self.announcesBody(head, isHead: exchange.isHead),
                   let length = head.headers.first(name: "content-length").flatMap(Int.init) else { return }
             if length > exchange.maxBody {
@@ -180,7 +185,8 @@ final class UpstreamConnection: ChannelInboundHandler, RemovableChannelHandler {
         let response = UpstreamResponse(status: Int(head.status.code), headers: head.headers, body: body)
         // A body read to the end of the connection ends while the channel is already inactive.
         let open = !isClosed && context?.channel.isActive == true
-        exchange.completion(.response(response, keepAlive: head.isKeepAlive && !exchange.closeAfter && open && reusable))
+        let keepsAlive = replyKeepAlive ?? head.isKeepAlive
+        exchange.completion(.response(response, keepAlive: keepsAlive && !exchange.closeAfter && open && reusable))
     }
 
     private static func announcesBody(_ head: HTTPResponseHead, isHead: Bool) -> Bool {
