@@ -292,7 +292,7 @@ EOF
         if [ "${SKIP_BUILD:-0}" != 1 ] || [ ! -x "$RELEASE_DIR/nio-floor" ]; then
             log "building nio-floor (release)"
             # The Makefile's RELEASE_FLAGS, as `make build` gives Concierge.
-            (cd "$BENCH_REPO" && swift build -c release -Xswiftc -enforce-exclusivity=unchecked --product nio-floor >&2)
+            (cd "$BENCH_REPO" && swift build -c release -Xswiftc -enforce-exclusivity=unchecked -Xswiftc -cross-module-optimization --product nio-floor >&2)
         fi
         objcopy --strip-debug "$RELEASE_DIR/nio-floor" "$WORK/nio-floor"
         FLOOR_PORT=$(free_port)
