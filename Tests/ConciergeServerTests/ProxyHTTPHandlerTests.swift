@@ -461,7 +461,7 @@ final class StubResponder: ProxyResponder {
             streamed.withLock { $0.append(incoming.target) }
             defer { streamed.withLock { $0.removeAll { $0 == incoming.target } } }
             do {
-                for try await _ in body {}
+                for try await _ in body.stream {}
                 return ProxyAnswer(ProxyReply(status: 200, body: .buffer(ByteBuffer(string: "uploaded"))), RequestReport())
             } catch {
                 return ProxyAnswer(.error(502, "upstream request aborted"), RequestReport())

@@ -66,6 +66,6 @@ struct ConciergeRoutes: Sendable {
         headers.add(name: "Content-Type", value: "text/event-stream")
         headers.add(name: "Cache-Control", value: "no-cache")
         headers.add(name: "X-Accel-Buffering", value: "no")
-        return ProxyReply(status: 200, headers: headers, body: .events(stream))
+        return ProxyReply(status: 200, headers: headers, body: .events(StreamHandle(stream)))
     }
 }

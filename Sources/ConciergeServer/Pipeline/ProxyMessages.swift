@@ -9,7 +9,7 @@ public struct IncomingRequest: Sendable {
         /// Parts still arriving from the client (streamed endpoints). The stream throws
         /// when the client's body breaks (cut short, malformed, stalled), so the upstream
         /// request is aborted, never completed with what arrived.
-        case stream(AsyncThrowingStream<ByteBuffer, any Error>, length: Int?)
+        case stream(StreamHandle<AsyncThrowingStream<ByteBuffer, any Error>>, length: Int?)
     }
 
     public var method: String
@@ -38,7 +38,7 @@ public struct ProxyReply: Sendable {
         case buffer(ByteBuffer)
         case upstream(UpstreamBody)
         /// Server-Sent Events: text chunks until the stream ends.
-        case events(AsyncStream<ByteBuffer>)
+        case events(StreamHandle<AsyncStream<ByteBuffer>>)
     }
 
     public var status: Int
@@ -76,5 +76,18 @@ public struct ProxyAnswer: Sendable {
     public init(_ reply: ProxyReply, _ report: RequestReport) {
         self.reply = reply
         self.report = report
+    }
+}
+
+/// A stream held by reference. `AsyncStream` and `AsyncThrowingStream` are resilient types of
+/// the standard library, whose size is known only at run time: an enum or a struct that held
+/// one directly was copied and destroyed through run-time value witnesses, and with it every
+/// value around it (a request's preparation, answer and result: ~470 instructions for each
+/// copy, several a request, streamed or not). Boxed, such a copy is one retain.
+public final class StreamHandle<Stream: Sendable>: Sendable {
+    public let stream: Stream
+
+    public init(_ stream: Stream) {
+        self.stream = stream
     }
 }

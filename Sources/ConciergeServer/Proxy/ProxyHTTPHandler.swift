@@ -226,7 +226,7 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             let (stream, continuation) = AsyncThrowingStream.makeStream(of: ByteBuffer.self, throwing: (any Error).self)
             let outcome = ClientBodyOutcome()
             streamedBody = (continuation, outcome)
-            incoming.body = .stream(stream, length: length)
+            incoming.body = .stream(StreamHandle(stream), length: length)
             submit(request, incoming, prepared: nil, bodyOutcome: outcome, context: context)
         }
     }

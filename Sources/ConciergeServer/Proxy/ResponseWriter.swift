@@ -24,7 +24,7 @@ enum ResponseWriter {
             case .events(let stream):
                 head.headers.remove(name: "Content-Length")
                 try await channel.writeAndFlush(HTTPServerResponsePart.head(head)).get()
-                await writeEvents(stream, to: channel)
+                await writeEvents(stream.stream, to: channel)
                 return false
             }
         } catch {

@@ -28,7 +28,7 @@ public struct UpstreamRequest: Sendable {
         case bytes(ByteBuffer)
         /// Streamed from the client; an error aborts the request (the connection is closed
         /// without the terminating chunk).
-        case stream(AsyncThrowingStream<ByteBuffer, any Error>, length: Int?)
+        case stream(StreamHandle<AsyncThrowingStream<ByteBuffer, any Error>>, length: Int?)
     }
 }
 
@@ -143,7 +143,7 @@ public final class UpstreamClient: Sendable {
         case .none: break
         case .bytes(let buffer): r.body = .bytes(buffer)
         case .stream(let stream, let length):
-            r.body = .stream(stream, length: length.map { .known(Int64($0)) } ?? .unknown)
+            r.body = .stream(stream.stream, length: length.map { .known(Int64($0)) } ?? .unknown)
         }
         return r
     }
