@@ -160,6 +160,7 @@ struct UpstreamConnectionTests {
         ("GET", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 2\r\n\r\n2\r\nok\r\n0\r\n\r\n"),
         ("GET", "HTTP/2.0 200 OK\r\nContent-Length: 2\r\n\r\nok"),
         ("GET", "garbage\r\n\r\n"),
+        ("HEAD", "HTTP/1.1 200 OK\r\nX-Content-Length: 5\r\n\r\n"),
         ("GET", "HTTP/1.1 200 OK\r\nX-Trailing: a \r\nContent-Length: 2\r\n\r\nok"),
         ("GET", "HTTP/1.1 200 OK\r\nContent-Length: 2\t\r\n\r\nok"),
     ]

@@ -8,10 +8,11 @@ import NIOHTTP1
 ///
 /// Anything else is ``Parse/unusual`` and left to NIO's decoder, which reads every form
 /// HTTP/1.1 allows (or refuses it): `Transfer-Encoding`, a body read to the end of the
-/// connection, interim `1xx` replies, obs-fold, a bare LF, a second `Content-Length`,
-/// obs-text, white space before a colon or ending a value, a head over ``maxBytes``. So what this accepts is a
-/// strict subset of what the decoder accepts, read the same way (a test compares both over a
-/// grid of heads and splits).
+/// connection, a reply to `HEAD` without `Content-Length`, interim `1xx` replies, obs-fold, a
+/// bare LF, a second `Content-Length`, obs-text, white space before a colon or ending a value,
+/// a head over ``maxBytes``. So what this accepts is a strict subset of what the decoder
+/// accepts, read the same way (a test compares both over a grid of heads and splits, and the
+/// `plainreply` fuzz target over random heads).
 public struct PlainReplyHead: Sendable {
     public var version: HTTPVersion
     public var status: Int
@@ -126,7 +127,10 @@ public struct PlainReplyHead: Sendable {
         }
         guard i <= maxBytes else { return .unusual }
         let bodyless = toHEAD || status == 204 || status == 304
-        guard bodyless || contentLength != nil else { return .unusual }  // chunked or read to the end
+        // Without a length only `204` and `304`: a body read to the end of the connection (or
+        // chunked) is the decoder's, and so is a reply to `HEAD` without one, which NIO's
+        // decoder takes as the connection's last.
+        guard contentLength != nil || status == 204 || status == 304 else { return .unusual }
         // One array of the fields, given whole to `HTTPHeaders` (its `add` grows its array and
         // compares every name with `connection`).
         let head = PlainReplyHead(version: HTTPVersion(major: 1, minor: minor), status: status, headers: HTTPHeaders(fields),
