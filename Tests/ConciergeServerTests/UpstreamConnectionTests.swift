@@ -161,6 +161,8 @@ struct UpstreamConnectionTests {
         ("GET", "HTTP/2.0 200 OK\r\nContent-Length: 2\r\n\r\nok"),
         ("GET", "garbage\r\n\r\n"),
         ("HEAD", "HTTP/1.1 200 OK\r\nX-Content-Length: 5\r\n\r\n"),
+        ("GET", "HTTP/1.1 200 OK\r\nProxy-Connection: close\r\nContent-Length: 2\r\n\r\nok"),
+        ("GET", "HTTP/1.0 200 OK\r\nConnection: keep-alive, close\r\nContent-Length: 2\r\n\r\nok"),
         ("GET", "HTTP/1.1 200 OK\r\nX-Trailing: a \r\nContent-Length: 2\r\n\r\nok"),
         ("GET", "HTTP/1.1 200 OK\r\nContent-Length: 2\t\r\n\r\nok"),
     ]

@@ -2,15 +2,16 @@ import NIOHTTP1
 
 /// The head of an upstream reply in its plainest form, read straight from its bytes: an
 /// HTTP/1.1 or 1.0 status line with a final status (200–599), header fields of a token name and
-/// a visible-ASCII value, and a body framed by one `Content-Length` (or none: a reply to `HEAD`,
-/// `204`, `304`). This is what nearly every reply of a JSON API is; reading it here costs a
+/// a visible-ASCII value, and a body framed by one `Content-Length` (not read for a reply to
+/// `HEAD`), or none for `204` and `304`. This is what nearly every reply of a JSON API is; reading it here costs a
 /// fraction of NIO's general decoder.
 ///
 /// Anything else is ``Parse/unusual`` and left to NIO's decoder, which reads every form
 /// HTTP/1.1 allows (or refuses it): `Transfer-Encoding`, a body read to the end of the
 /// connection, a reply to `HEAD` without `Content-Length`, interim `1xx` replies, obs-fold, a
-/// bare LF, a second `Content-Length`, obs-text, white space before a colon or ending a value,
-/// a head over ``maxBytes``. So what this accepts is a strict subset of what the decoder
+/// bare LF, a second `Content-Length`, `Proxy-Connection`, HTTP/1.0 with both `close` and
+/// `keep-alive`, obs-text, white space before a colon or ending a value, a head over
+/// ``maxBytes``. So what this accepts is a strict subset of what the decoder
 /// accepts, read the same way (a test compares both over a grid of heads and splits, and the
 /// `plainreply` fuzz target over random heads).
 public struct PlainReplyHead: Sendable {
@@ -109,6 +110,8 @@ public struct PlainReplyHead: Sendable {
                 contentLength = length
             case 17 where ASCIICase.equals(name, lowercase: "transfer-encoding"):
                 return .unusual
+            case 16 where ASCIICase.equals(name, lowercase: "proxy-connection"):
+                return .unusual  // NIO's decoder reads it as a `Connection`
             case 10 where ASCIICase.equals(name, lowercase: "connection"):
                 var start = 0
                 for end in 0...value.count where end == value.count || value[end] == 0x2C {
@@ -126,6 +129,9 @@ public struct PlainReplyHead: Sendable {
             fields.append((String(decoding: name, as: UTF8.self), String(decoding: value, as: UTF8.self)))
         }
         guard i <= maxBytes else { return .unusual }
+        // HTTP/1.0 naming both: NIO's decoder keeps the connection open (it reads only
+        // `keep-alive` there); that odd case is its to read.
+        guard minor == 1 || !(close && keepAliveToken) else { return .unusual }
         let bodyless = toHEAD || status == 204 || status == 304
         // Without a length only `204` and `304`: a body read to the end of the connection (or
         // chunked) is the decoder's, and so is a reply to `HEAD` without one, which NIO's
