@@ -25,9 +25,14 @@ extension FuzzTargets {
               (try? channel.pipeline.syncOperations.addHandler(parts)) != nil else { return }
         defer { _ = try? channel.finish() }
         decoder.write(data: .head(HTTPRequestHead(version: .http1_1, method: toHEAD ? .HEAD : .GET, uri: "/")))
+        // The body is filled in up to 64 KB; a longer one (a length of any size is plain) is
+        // not sent, and the decoder must then have the head and be waiting for it.
+        let whole = plain.bodyLength <= 1 << 16
         var reply = Array(bytes[..<length])
-        let body = bytes[length...].prefix(plain.bodyLength)
-        reply += body + Array(repeating: UInt8(ascii: "x"), count: plain.bodyLength - body.count)
+        if whole {
+            let body = bytes[length...].prefix(plain.bodyLength)
+            reply += body + Array(repeating: UInt8(ascii: "x"), count: plain.bodyLength - body.count)
+        }
         do { try channel.writeInbound(ByteBuffer(bytes: reply)) } catch { parts.failed = true }
 
         guard !parts.failed, let head = parts.head else {
@@ -37,7 +42,7 @@ extension FuzzTargets {
         let plainFields = plain.headers.map { [$0.name, $0.value] }
         guard head.version == plain.version, Int(head.status.code) == plain.status, fields == plainFields,
               head.isKeepAlive == plain.keepAlive,
-              parts.bodyBytes == plain.bodyLength, parts.ended
+              whole ? parts.bodyBytes == plain.bodyLength && parts.ended : parts.bodyBytes == 0 && !parts.ended
         else {
             preconditionFailure("the decoder read a plain head otherwise: \(head) \(parts.bodyBytes) body bytes, ended \(parts.ended); plain \(plain)")
         }
