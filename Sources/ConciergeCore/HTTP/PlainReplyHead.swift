@@ -9,8 +9,8 @@ import NIOHTTP1
 /// Anything else is ``Parse/unusual`` and left to NIO's decoder, which reads every form
 /// HTTP/1.1 allows (or refuses it): `Transfer-Encoding`, a body read to the end of the
 /// connection, a reply to `HEAD` without `Content-Length`, interim `1xx` replies, obs-fold, a
-/// bare LF, a second `Content-Length`, `Proxy-Connection`, HTTP/1.0 with both `close` and
-/// `keep-alive`, obs-text, white space before a colon or ending a value, a head over
+/// bare LF, a second `Content-Length`, `Proxy-Connection`, a `Connection` other than just
+/// `close` or `keep-alive`, HTTP/1.0 with both, obs-text, white space before a colon or ending a value, a head over
 /// ``maxBytes``. So what this accepts is a strict subset of what the decoder
 /// accepts, read the same way (a test compares both over a grid of heads and splits, and the
 /// `plainreply` fuzz target over random heads).
@@ -113,15 +113,14 @@ public struct PlainReplyHead: Sendable {
             case 16 where ASCIICase.equals(name, lowercase: "proxy-connection"):
                 return .unusual  // NIO's decoder reads it as a `Connection`
             case 10 where ASCIICase.equals(name, lowercase: "connection"):
-                var start = 0
-                for end in 0...value.count where end == value.count || value[end] == 0x2C {
-                    var (from, to) = (start, end)
-                    while from < to, value[from] == 0x20 || value[from] == 0x09 { from += 1 }
-                    while to > from, value[to - 1] == 0x20 || value[to - 1] == 0x09 { to -= 1 }
-                    let token = UnsafeRawBufferPointer(rebasing: value[from..<to])
-                    if ASCIICase.equals(token, lowercase: "close") { close = true }
-                    if ASCIICase.equals(token, lowercase: "keep-alive") { keepAliveToken = true }
-                    start = end + 1
+                // One token, as servers send it; a list is the decoder's (its reading of
+                // lists, white space and tabs is its own).
+                if ASCIICase.equals(value, lowercase: "close") {
+                    close = true
+                } else if ASCIICase.equals(value, lowercase: "keep-alive") {
+                    keepAliveToken = true
+                } else {
+                    return .unusual
                 }
             default:
                 break
