@@ -42,26 +42,18 @@ public struct PlainReplyHead: Sendable {
     public static func parse(_ bytes: UnsafeRawBufferPointer, toHEAD: Bool) -> Parse {
         let cr: UInt8 = 0x0D, lf: UInt8 = 0x0A
         let count = bytes.count
-        // The status line: `HTTP/1.x NNN ` and a reason phrase, possibly empty.
-        guard count >= 14 else {
-            // What came so far must begin `HTTP/1.x NNN `, else the decoder reads it now.
-            let start: StaticString = "HTTP/1.1 000 "
-            for i in 0..<min(count, 13) {
-                let b = bytes[i], s = start.utf8Start[i]
-                let fits = i == 7 ? b == 0x30 || b == 0x31 : (9...11).contains(i) ? isDigit(b) : b == s
-                guard fits else { return .unusual }
-            }
-            return .needMore
+        // The status line begins `HTTP/1.x NNN ` (the space required; a reason phrase, possibly
+        // empty, follows). Checked as far as bytes came: a wrong one is the decoder's at once.
+        let start: StaticString = "HTTP/1.1 000 "
+        for i in 0..<min(count, 13) {
+            let b = bytes[i]
+            let fits = i == 7 ? b == 0x30 || b == 0x31 : (9...11).contains(i) ? isDigit(b) : b == start.utf8Start[i]
+            guard fits else { return .unusual }
         }
-        guard bytes[0] == 0x48, bytes[1] == 0x54, bytes[2] == 0x54, bytes[3] == 0x50, bytes[4] == 0x2F,  // HTTP/
-              bytes[5] == 0x31, bytes[6] == 0x2E, bytes[7] == 0x31 || bytes[7] == 0x30, bytes[8] == 0x20,  // 1.x
-              isDigit(bytes[9]), isDigit(bytes[10]), isDigit(bytes[11])
-        else { return .unusual }
+        guard count >= 14 else { return .needMore }
         let minor = Int(bytes[7] &- 0x30)
         let status = Int(bytes[9] &- 0x30) * 100 + Int(bytes[10] &- 0x30) * 10 + Int(bytes[11] &- 0x30)
         guard status >= 200, status <= 599 else { return .unusual }
-        // `SP reason-phrase`: the space is required, the phrase may be empty.
-        guard bytes[12] == 0x20 else { return .unusual }
         var i = 13
         while i < count, bytes[i] != cr {
             let b = bytes[i]
