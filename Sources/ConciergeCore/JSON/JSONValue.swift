@@ -63,6 +63,11 @@ public enum JSONValue: Sendable, Hashable {
     /// `[["name","value"],...]`: what `.array` of two-string arrays serializes to, written
     /// straight from the pairs (the cache writer stores each entry's headers so).
     public static func serializedPairs(_ pairs: HTTPHeaders) -> String {
+        String(decoding: serializedPairBytes(pairs), as: UTF8.self)
+    }
+
+    /// ``serializedPairs(_:)`` as UTF-8 bytes (bound as SQL text without a `String` between).
+    public static func serializedPairBytes(_ pairs: HTTPHeaders) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(256)
         out.append(UInt8(ascii: "["))
@@ -77,7 +82,7 @@ public enum JSONValue: Sendable, Hashable {
             out.append(UInt8(ascii: "]"))
         }
         out.append(UInt8(ascii: "]"))
-        return String(decoding: out, as: UTF8.self)
+        return out
     }
 
     func write(into out: inout [UInt8]) {

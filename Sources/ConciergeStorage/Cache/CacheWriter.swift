@@ -98,9 +98,13 @@ final class CacheWriter: Sendable {
     /// pages of the same entries in one, and the page checksums and index work follow. Entries
     /// are served from the hot tier meanwhile; any other work, or ``groupCommitSize`` puts,
     /// ends the wait at once. What a crash can lose is this window's puts, entries of a
-    /// cache, fetched again. With one miss every ~2.7 ms (sequential requests under callgrind)
-    /// 5 ms took 2.8 entries per transaction and 20 ms 4.6–5.4; at thousands of misses a
-    /// second the batches fill long before either.
+    /// cache, fetched again (a clean stop commits them). With one miss every ~2.5 ms
+    /// (sequential requests under callgrind) 5 ms took 2.8 entries per transaction, 20 ms
+    /// 4.6–5.4 and 100 ms about 43, where a commit's WAL pages cost a tenth of an entry's
+    /// writing instead of a third (each page is checksummed as it is appended); at thousands
+    /// of misses a second the batches fill long before any of these. 100 ms was tried and
+    /// left: under a moderate load a `kill -9` then loses five times the window's entries
+    /// (6.4% of those acknowledged as stored in the crash test, against its 5% bound).
     static let defaultGroupCommitDelay = Duration.milliseconds(20)
     /// ``defaultGroupCommitDelay`` unless a test sets another.
     let groupCommitDelay: Duration
