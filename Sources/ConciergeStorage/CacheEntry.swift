@@ -4,32 +4,107 @@ import NIOCore
 import NIOHTTP1
 
 /// One stored reply: what a cache hit answers with, and the windows it may be served in.
+///
+/// Its fields live in one copy-on-write box: an entry is handed from the reply to the hot
+/// tier, the writer's queue and its batch, and each copy of thirteen fields was a retain of
+/// every string, list and buffer in it (and a release of each when it went).
 public struct CacheEntry: Sendable {
-    public var key: String
-    public var endpoint: String
-    public var userID: String?
-    public var status: Int
+    struct Fields {
+        var key: String
+        var endpoint: String
+        var userID: String?
+        var status: Int
+        var headers: HTTPHeaders
+        var body: ByteBuffer
+        var storedAt: Double
+        var ttl: Double
+        var staleWhileRevalidate: Double
+        var staleIfError: Double
+        var version: Int
+        var encodedHead: EncodedHead? = nil
+        var tags: [String] = []
+    }
+
+    /// The fields' box. `@unchecked Sendable`: its one mutable property is written only
+    /// through ``unique()``, that is while this is the only reference to the box (an entry
+    /// that was copied, and so may be shared with another thread, is copied before a write),
+    /// so a box another thread can see is never written: the same rule as `Array`'s buffer.
+    private final class Storage: @unchecked Sendable {
+        var fields: Fields
+        init(_ fields: Fields) { self.fields = fields }
+    }
+
+    private var storage: Storage
+
+    /// Copies the box first when another entry shares it.
+    private mutating func unique() {
+        if !isKnownUniquelyReferenced(&storage) { storage = Storage(storage.fields) }
+    }
+
+    public var key: String {
+        _read { yield storage.fields.key }
+        _modify { unique(); yield &storage.fields.key }
+    }
+    public var endpoint: String {
+        _read { yield storage.fields.endpoint }
+        _modify { unique(); yield &storage.fields.endpoint }
+    }
+    public var userID: String? {
+        _read { yield storage.fields.userID }
+        _modify { unique(); yield &storage.fields.userID }
+    }
+    public var status: Int {
+        _read { yield storage.fields.status }
+        _modify { unique(); yield &storage.fields.status }
+    }
     /// Reply headers kept with the body (content type and the like; no hop-by-hop fields).
-    public var headers: HTTPHeaders
-    public var body: ByteBuffer
+    public var headers: HTTPHeaders {
+        _read { yield storage.fields.headers }
+        _modify { unique(); yield &storage.fields.headers }
+    }
+    public var body: ByteBuffer {
+        _read { yield storage.fields.body }
+        _modify { unique(); yield &storage.fields.body }
+    }
     /// Unix seconds when the upstream reply was stored.
-    public var storedAt: Double
-    public var ttl: Double
-    public var staleWhileRevalidate: Double
-    public var staleIfError: Double
-    public var version: Int
+    public var storedAt: Double {
+        _read { yield storage.fields.storedAt }
+        _modify { unique(); yield &storage.fields.storedAt }
+    }
+    public var ttl: Double {
+        _read { yield storage.fields.ttl }
+        _modify { unique(); yield &storage.fields.ttl }
+    }
+    public var staleWhileRevalidate: Double {
+        _read { yield storage.fields.staleWhileRevalidate }
+        _modify { unique(); yield &storage.fields.staleWhileRevalidate }
+    }
+    public var staleIfError: Double {
+        _read { yield storage.fields.staleIfError }
+        _modify { unique(); yield &storage.fields.staleIfError }
+    }
+    public var version: Int {
+        _read { yield storage.fields.version }
+        _modify { unique(); yield &storage.fields.version }
+    }
     /// The reply's head as ready bytes, made by the entry's first lookup in the hot tier (see
     /// ``CacheStore/init(database:maxBytes:memoryBytes:logger:encodeHead:)``): a hit writes it as is.
-    public var encodedHead: EncodedHead? = nil
+    public var encodedHead: EncodedHead? {
+        _read { yield storage.fields.encodedHead }
+        _modify { unique(); yield &storage.fields.encodedHead }
+    }
     /// The entry's tags (`cache.tags`), stored beside it in `cache_tag`. Empty for an entry read
     /// back from SQLite: tags are only ever looked up there.
-    public var tags: [String] = []
+    public var tags: [String] {
+        _read { yield storage.fields.tags }
+        _modify { unique(); yield &storage.fields.tags }
+    }
 
     public init(key: String, endpoint: String, userID: String?, status: Int, headers: HTTPHeaders,
                 body: ByteBuffer, storedAt: Double, ttl: Double, staleWhileRevalidate: Double, staleIfError: Double, version: Int) {
-        (self.key, self.endpoint, self.userID, self.version) = (key, endpoint, userID, version)
-        (self.status, self.headers, self.body) = (status, headers, body)
-        (self.storedAt, self.ttl, self.staleWhileRevalidate, self.staleIfError) = (storedAt, ttl, staleWhileRevalidate, staleIfError)
+        storage = Storage(Fields(key: key, endpoint: endpoint, userID: userID, status: status, headers: headers, body: body,
+                                 storedAt: storedAt, ttl: ttl, staleWhileRevalidate: staleWhileRevalidate,
+                                 staleIfError: staleIfError, version: version))
     }
 
     /// Headers stored as a JSON list of `[name, value]` pairs (``JSONValue/serializedPairs(_:)``).

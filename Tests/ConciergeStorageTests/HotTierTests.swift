@@ -14,6 +14,23 @@ struct HotTierTests {
         #expect(makeEntry(key: "k1", size: 1000, headers: [("Content-Type", "application/json")]).size == 1000)
     }
 
+    @Test("an entry is a value: a copy changed (a head attached in the tier, a field set) leaves the others as they were")
+    func entryIsAValue() {
+        let hot = HotTier(capacityBytes: 10_000)
+        let original = makeEntry(key: "a", size: 1000, ttl: 60)
+        hot.put(original)
+        var copy = original
+        copy.ttl = 5
+        copy.tags = ["t"]
+        copy.body = ByteBuffer(string: "changed")
+        #expect(original.ttl == 60 && original.tags.isEmpty && original.size == 1000)
+        #expect(copy.ttl == 5 && copy.tags == ["t"] && copy.body == ByteBuffer(string: "changed"))
+        hot.attach(EncodedHead(bytes: ByteBuffer(string: "HTTP/1.1 200 OK\r\n"), upstreamAge: 0), to: original)
+        #expect(hot.get("a")?.encodedHead != nil, "the tier's entry has its head")
+        #expect(original.encodedHead == nil && copy.encodedHead == nil, "the caller's entries do not")
+        #expect(hot.get("a")?.ttl == 60)
+    }
+
     @Test("put and get round-trip; count and bytes follow")
     func putGet() {
         let hot = HotTier(capacityBytes: 10_000)
