@@ -17,11 +17,13 @@ struct JSONScanTests {
         #expect(scan(#"{"code":1,"code":2}"#) == JSONScan.Result.found(JSONValue.parse(#"{"code":1,"code":2}"#)![path: "code"]!))
     }
 
-    @Test("strings are read eight bytes at a time: a quote, backslash, control or non-ASCII byte at any offset is found as byte by byte")
+    @Test("strings are read a word at a time, four words a loop: a quote, backslash, control or non-ASCII byte at any offset of a run of up to 80 plain bytes is found as byte by byte")
     func stringsByWords() {
         let specials: [(text: String, valid: Bool)] = [("\\\"", true), ("\\n", true), ("\\u00e9", true), ("é", true), ("中", true),
                                                         ("\u{01}", false), ("\u{1F}", false), ("\\x", false), ("~", true), (" ", true)]
-        for length in 0..<20 {
+        // Up to 80: past two four-word loops, with every tail of fewer than 32 and fewer than 8
+        // bytes, and every landing offset inside a word.
+        for length in 0..<80 {
             for offset in 0...length {
                 for special in specials {
                     let plain = String(repeating: "a", count: length)

@@ -33,7 +33,15 @@ public enum JSONScan {
     /// objects), or `nil` when the reply is not JSON. Texts the scan refuses go to the full
     /// parser.
     public static func envelope(codePath: String, in bytes: some Collection<UInt8>) -> JSONValue? {
-        switch value(at: codePath, in: bytes) {
+        envelope(codePath: codePath, components: components(codePath), in: bytes)
+    }
+
+    /// ``envelope(codePath:in:)`` with the path's ``components(_:)`` split once by the caller
+    /// (a configuration's code path is read on every reply).
+    public static func envelope(codePath: String, components: [[UInt8]], in bytes: some Collection<UInt8>) -> JSONValue? {
+        let result = bytes.withContiguousStorageIfAvailable { scan($0, components) }
+            ?? Array(bytes).withUnsafeBufferPointer { scan($0, components) }
+        switch result {
         case .notJSON:
             return JSONValue.parse(bytes)
         case .missing:
@@ -50,7 +58,7 @@ public enum JSONScan {
     }
 
     /// A dotted path's components as bytes; one component (`code`, `errcode`) without a split.
-    private static func components(_ path: String) -> [[UInt8]] {
+    public static func components(_ path: String) -> [[UInt8]] {
         if path.isEmpty { return [] }
         if !StringBytes.contains(UInt8(ascii: "."), in: path) { return [Array(path.utf8)] }
         return path.split(separator: ".", omittingEmptySubsequences: false).map { Array($0.utf8) }
@@ -200,15 +208,29 @@ public enum JSONScan {
             let start = index
             var escaped = false
             let raw = UnsafeRawBufferPointer(bytes)
-            while index < bytes.count {
-                // Eight plain bytes (printable ASCII but `"` and `\`) at a time: one test per
-                // word instead of a switch per byte; the first word with anything else goes
-                // byte by byte, from its first byte. (A `SIMD16<UInt8>` test was tried: its
-                // generic operators made the scan twelve times slower.)
-                if index &+ 8 <= bytes.count, !Self.hasSpecialByte(raw.loadUnaligned(fromByteOffset: index, as: UInt64.self)) {
-                    index &+= 8
-                    continue
+            while true {
+                // Plain bytes (printable ASCII but `"` and `\`) a word at a time, landing on
+                // the first byte that is not plain: one test per eight bytes instead of a
+                // switch per byte, four words per loop while 32 bytes are left (a long value,
+                // such as a text field, is most of a body). The lowest flagged byte of a word
+                // is exactly the first special one (the tests' borrows only run upwards). (A
+                // `SIMD16<UInt8>` test was tried: its generic operators made the scan twelve
+                // times slower.)
+                while index &+ 32 <= bytes.count {
+                    let special = Self.specialBytes(raw, at: index) | Self.specialBytes(raw, at: index &+ 8)
+                        | Self.specialBytes(raw, at: index &+ 16) | Self.specialBytes(raw, at: index &+ 24)
+                    if special != 0 { break }
+                    index &+= 32
                 }
+                while index &+ 8 <= bytes.count {
+                    let special = Self.specialBytes(raw, at: index)
+                    if special != 0 {
+                        index &+= special.trailingZeroBitCount &>> 3
+                        break
+                    }
+                    index &+= 8
+                }
+                guard index < bytes.count else { return nil }
                 let byte = bytes[index]
                 switch byte {
                 case UInt8(ascii: "\""):
@@ -222,21 +244,32 @@ public enum JSONScan {
                 case 0x80...:
                     guard utf8Sequence() else { return nil }
                 default:
-                    index += 1
+                    index += 1  // fewer than eight bytes left
                 }
             }
-            return nil
         }
 
         /// Whether any of the eight bytes of `word` is below 0x20, at or above 0x80, `"` or `\`
         /// (exact for the presence of one; which byte it is does not matter here).
         @inline(__always)
-        static func hasSpecialByte(_ word: UInt64) -> Bool {
+        static func hasSpecialByte(_ word: UInt64) -> Bool { specialBytes(word) != 0 }
+
+        /// The eight bytes at `offset` as ``specialBytes(_:)`` flags them, the first byte lowest.
+        @inline(__always)
+        static func specialBytes(_ raw: UnsafeRawBufferPointer, at offset: Int) -> UInt64 {
+            specialBytes(UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: offset, as: UInt64.self)))
+        }
+
+        /// Non-zero when ``hasSpecialByte(_:)``: the high bit of a byte set where one is found
+        /// (the lowest set exactly at the first special byte; bytes above it may be flagged
+        /// wrongly, by a borrow).
+        @inline(__always)
+        static func specialBytes(_ word: UInt64) -> UInt64 {
             let ones: UInt64 = 0x0101_0101_0101_0101
             let highs: UInt64 = 0x8080_8080_8080_8080
             func hasZero(_ v: UInt64) -> UInt64 { (v &- ones) & ~v & highs }
             let control = (word &- ones &* 0x20) & ~word & highs  // a byte below 0x20 (bytes below 0x80)
-            return (word & highs) | control | hasZero(word ^ (ones &* 0x22)) | hasZero(word ^ (ones &* 0x5C)) != 0
+            return (word & highs) | control | hasZero(word ^ (ones &* 0x22)) | hasZero(word ^ (ones &* 0x5C))
         }
 
         /// `\x` escapes; `\u` surrogates must pair.

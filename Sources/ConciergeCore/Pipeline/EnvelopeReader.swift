@@ -3,7 +3,10 @@
 /// Codes are read on every reply below 500, whatever its HTTP status: a refresh code on a
 /// 400 is an expiry signal, a success code on a 4xx is still not a success (only a 2xx can
 /// be one). A 2xx body without a code is a success only with `success_when_missing`.
-public struct EnvelopeReader: Sendable {
+///
+/// A class: one per loaded configuration, read on every enveloped reply; as a struct each
+/// use copied its lists and sets (a retain and a release of each).
+public final class EnvelopeReader: Sendable {
     public enum Outcome: Sendable, Equatable {
         /// A success code (or no code, with `success_when_missing`): cacheable logical success.
         case success(code: BusinessCode?)
@@ -18,9 +21,17 @@ public struct EnvelopeReader: Sendable {
     }
 
     public let envelope: ConciergeConfig.Envelope
+    /// `code_path` split for ``JSONScan`` once, not on every reply.
+    private let codePathComponents: [[UInt8]]
 
     public init(envelope: ConciergeConfig.Envelope) {
         self.envelope = envelope
+        codePathComponents = JSONScan.components(envelope.codePath)
+    }
+
+    /// The reply as far as the envelope needs it, without the whole tree: ``JSONScan/envelope(codePath:in:)``.
+    public func scan(_ bytes: some Collection<UInt8>) -> JSONValue? {
+        JSONScan.envelope(codePath: envelope.codePath, components: codePathComponents, in: bytes)
     }
 
     /// The code at `code_path`: integers (also as numeric strings), and text codes when the
