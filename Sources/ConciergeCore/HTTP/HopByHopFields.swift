@@ -25,10 +25,16 @@ public enum HopByHopFields {
     /// value of just `keep-alive` (the usual one) names only a field dropped anyway; the others
     /// (`close` names a field called `Close`, RFC 9110 §7.6.1) are read after the pass.
     public static func endToEnd(_ headers: HTTPHeaders, dropping extra: [String] = []) -> HTTPHeaders {
-        // Built as a list, then wrapped: `HTTPHeaders.add` checks each name again, and
-        // `remove(name:)` rewrites the whole list per name.
+        let kept = endToEndFields(headers, dropping: extra)
+        return kept.count == headers.count ? headers : HTTPHeaders(kept)
+    }
+
+    /// ``endToEnd(_:dropping:)`` as a list, for a caller that adds fields before wrapping it
+    /// once: a list, because `HTTPHeaders.add` checks each name again, and `remove(name:)`
+    /// rewrites the whole list per name.
+    public static func endToEndFields(_ headers: HTTPHeaders, dropping extra: [String] = [], reserving more: Int = 0) -> [(String, String)] {
         var kept: [(String, String)] = []
-        kept.reserveCapacity(headers.count)
+        kept.reserveCapacity(headers.count + more)
         var naming: [String] = []
         for (name, value) in headers {
             if name.utf8.count == 10, ASCIICase.equals(name, lowercase: "connection") {
@@ -39,6 +45,6 @@ public enum HopByHopFields {
             kept.append((name, value))
         }
         if !naming.isEmpty { kept.removeAll { field in naming.contains { FieldList.lists(field.0, in: $0) } } }
-        return kept.count == headers.count ? headers : HTTPHeaders(kept)
+        return kept
     }
 }

@@ -115,9 +115,7 @@ struct UpstreamExchange: Sendable {
 
     /// The upstream request of this attempt: token injected, signed, identity asked for.
     func request(_ p: PreparedRequest, _ attempt: Attempt) -> UpstreamRequest {
-        var request = UpstreamRequestBuilder.build(p, token: attempt.token, logger: logger)
-        UpstreamRequestBuilder.askForIdentity(&request)
-        return request
+        UpstreamRequestBuilder.build(p, token: attempt.token, logger: logger, askingForIdentity: true)
     }
 
     private func received(_ p: PreparedRequest, _ attempt: inout Attempt, elapsed: Duration) {
@@ -270,13 +268,15 @@ struct UpstreamExchange: Sendable {
     private func verdictOfEnvelope(_ response: UpstreamResponse, _ upstreamAnswer: ProxyAnswer, _ p: PreparedRequest,
                                    _ attempt: Attempt) -> Verdict {
         var upstreamAnswer = upstreamAnswer
-        let config = p.config.settings
-        let capture = config.session.capture.flatMap { $0.endpoint == p.endpoint.name && config.session.kind == .user ? $0 : nil }
-        let needsTree = capture != nil || !p.endpoint.validate.isEmpty || p.endpoint.unwrap != nil || !config.envelope.warningCodes.isEmpty
+        let runtime = p.config
+        let envelope = runtime.envelope
+        // Read field by field: binding `settings.session` copied the whole section per reply.
+        let capture = runtime.settings.session.kind == .user ? runtime.settings.session.capture.flatMap { $0.endpoint == p.endpoint.name ? $0 : nil } : nil
+        let needsTree = capture != nil || !p.endpoint.validate.isEmpty || p.endpoint.unwrap != nil || !envelope.envelope.warningCodes.isEmpty
         let json = needsTree ? JSONValue.parse(response.body.readableBytesView)
-            : JSONScan.envelope(codePath: config.envelope.codePath, in: response.body.readableBytesView)
-        var outcome = p.config.envelope.classify(json, status: response.status)
-        upstreamAnswer.report.businessCode = p.config.envelope.code(in: json)
+            : envelope.scan(response.body.readableBytesView)
+        var outcome = envelope.classify(json, status: response.status)
+        upstreamAnswer.report.businessCode = envelope.code(in: json)
         var captured: TokenReply? = nil
         if let capture {
             // A login reply is judged as a token reply: OAuth2's has no code at all.
@@ -301,7 +301,7 @@ struct UpstreamExchange: Sendable {
         case .logout(let code):
             return .logout(reason: code.jsonValue, upstreamAnswer: upstreamAnswer)
         case .failure(let code):
-            if let code = code?.number, let actions = config.envelope.warningCodes[code] {
+            if let code = code?.number, let actions = envelope.envelope.warningCodes[code] {
                 return .warn(code: code, actions: actions, json: json, upstreamAnswer: upstreamAnswer)
             }
             return .step(.done(.failure(upstreamAnswer)))
@@ -388,7 +388,7 @@ struct UpstreamExchange: Sendable {
     private static let notStoredHTTP = ["x-cache", "cache-status", "x-concierge-replays", "content-length"]
 
     /// Whether a reply may be stored and served to any client: not encoded (despite
-    /// ``UpstreamRequestBuilder/askForIdentity(_:)``), and varying on nothing but
+    /// asking for identity, ``request(_:_:)``), and varying on nothing but
     /// `Accept-Encoding` (the stored body is identity, which every client takes). The cache
     /// key has no room for other variants, so those replies are not stored.
     static func servesEveryClient(_ headers: HTTPHeaders) -> Bool {

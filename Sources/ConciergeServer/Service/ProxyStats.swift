@@ -219,6 +219,11 @@ public final class ProxyStats: Sendable {
 
 extension Duration {
     var nanoseconds: Int64 {
+        // Within ±9.2 s (a request's time, every histogram sample) the attoseconds fit in 64
+        // bits: one 64-bit division instead of `components`' 128-bit arithmetic (about 200
+        // instructions a call, several a request). `_low` and `_high` are the frozen type's
+        // stored halves of its 128-bit count of attoseconds.
+        if _high == Int64(bitPattern: _low) >> 63 { return Int64(bitPattern: _low) / 1_000_000_000 }
         let (s, atto) = components
         return s * 1_000_000_000 + atto / 1_000_000_000
     }
