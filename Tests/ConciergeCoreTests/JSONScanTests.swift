@@ -77,6 +77,30 @@ struct JSONScanTests {
 
 @Suite("JSON scan: strings read a word at a time")
 struct JSONScanBlockTests {
+    @Test("the lowest flagged byte of a word is its first special byte, whatever the plain bytes before it and any bytes after it")
+    func landing() {
+        let specials = (UInt8.min...UInt8.max).filter { $0 < 0x20 || $0 >= 0x80 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }
+        let plains: [UInt8] = [0x20, 0x21, 0x23, 0x5B, 0x5D, 0x61, 0x7E, 0x7F]
+        // After the first special byte: bytes whose tests borrow (0x00, 0x01, the neighbours of
+        // the quote and the backslash) as well as plain and special ones.
+        let after: [UInt8] = [0x00, 0x01, 0x1F, 0x20, 0x21, 0x22, 0x23, 0x5B, 0x5C, 0x5D, 0x7F, 0x80, 0xFF]
+        var wrong = 0
+        for position in 0..<8 {
+            for special in specials {
+                for plain in plains {
+                    for rest in after {
+                        var bytes = [UInt8](repeating: plain, count: 8)
+                        bytes[position] = special
+                        for i in (position + 1)..<8 { bytes[i] = rest }
+                        let word = bytes.withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(as: UInt64.self)) }
+                        if JSONScan.Scanner.specialBytes(word).trailingZeroBitCount / 8 != position { wrong += 1 }
+                    }
+                }
+            }
+        }
+        #expect(wrong == 0)
+    }
+
     @Test("a word is special exactly when one of its bytes is a control, non-ASCII, a quote or a backslash, at any position")
     func wordTest() {
         let plain = UInt64(0x6161_6161_6161_6161)
