@@ -23,7 +23,11 @@ public enum JSONScan {
     /// The value at a dotted path (`code`, `meta.code`, `list.0.id`), as
     /// `JSONValue.parse(bytes)?[path: path]` would give it.
     public static func value(at path: String, in bytes: some Collection<UInt8>) -> Result {
-        let components = Self.components(path)
+        value(at: components(path), in: bytes)
+    }
+
+    /// The value at a path already split into ``components(_:)``.
+    static func value(at components: [[UInt8]], in bytes: some Collection<UInt8>) -> Result {
         if let result = bytes.withContiguousStorageIfAvailable({ scan($0, components) }) { return result }
         return Array(bytes).withUnsafeBufferPointer { scan($0, components) }
     }
@@ -39,9 +43,7 @@ public enum JSONScan {
     /// ``envelope(codePath:in:)`` with the path's ``components(_:)`` split once by the caller
     /// (a configuration's code path is read on every reply).
     public static func envelope(codePath: String, components: [[UInt8]], in bytes: some Collection<UInt8>) -> JSONValue? {
-        let result = bytes.withContiguousStorageIfAvailable { scan($0, components) }
-            ?? Array(bytes).withUnsafeBufferPointer { scan($0, components) }
-        switch result {
+        switch value(at: components, in: bytes) {
         case .notJSON:
             return JSONValue.parse(bytes)
         case .missing:
