@@ -78,6 +78,7 @@ struct CacheTests {
             _ = try await rig.get("/api/items")
             let bypassed = try await rig.get("/api/items", headers: [("Cache-Control", "no-cache")])
             #expect(bypassed.header("X-Cache") == "BYPASS")
+            #expect(bypassed.header("Cache-Status") == "concierge; fwd=request; stored")
             #expect(bypassed.json?[path: "data.served"] == .int(2))
             let hit = try await rig.get("/api/items")
             #expect(hit.header("X-Cache") == "HIT")

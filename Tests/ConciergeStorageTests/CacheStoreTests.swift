@@ -68,6 +68,38 @@ struct CacheStoreTests {
         try await reopened.finish()
     }
 
+    @Test("one batch of entries with and without a user, short and long texts and an empty body reads back exactly after a restart")
+    func batchRoundTrip() async throws {
+        // The writer binds each entry's texts and body in place for its own step: every value
+        // read back must be that entry's, never a neighbour's, and no user must read as "".
+        let dir = try TempDirectory()
+        defer { dir.remove() }
+        let path = dir.path("cache.sqlite")
+        let users: [String?] = [nil, "7", "a-user-id-longer-than-fifteen-bytes", nil, "é"]
+        let keys = users.indices.map { "\(Self.base)/api/items?n=\($0)\(String(repeating: "x", count: $0 * 7)) v=1" }
+        do {
+            let fixture = try StoreFixture(path: path)
+            for (i, key) in keys.enumerated() {
+                fixture.store.store(makeEntry(key: key, endpoint: i == 2 ? "an-endpoint-name-of-some-length" : "e\(i)", user: users[i],
+                                              bodyText: i == 3 ? "" : "body \(i)", headers: i == 1 ? [] : [("X-N", "\(i)")]))
+            }
+            try await fixture.flush()
+            try await fixture.finish()
+        }
+        let reopened = try StoreFixture(path: path)
+        try await bounded("index loaded") { await reopened.store.indexLoaded() }
+        #expect(reopened.store.entryCount == keys.count)
+        for (i, key) in keys.enumerated() {
+            let found = try #require(await bounded("lookup") { await reopened.store.lookup(key) }, "\(i)")
+            #expect(found.key == key)
+            #expect(found.endpoint == (i == 2 ? "an-endpoint-name-of-some-length" : "e\(i)"))
+            #expect(found.userID == users[i], "\(i)")
+            #expect(String(buffer: found.body) == (i == 3 ? "" : "body \(i)"), "\(i)")
+            #expect(found.headers.map(\.value) == (i == 1 ? [] : ["\(i)"]), "\(i)")
+        }
+        try await reopened.finish()
+    }
+
     @Test("a SQLite hit is promoted to the hot tier")
     func lookupPromotes() async throws {
         let dir = try TempDirectory()

@@ -55,6 +55,6 @@ extension ProxyPipeline {
     private func missAnswer(_ result: UpstreamExchange.Result, _ p: PreparedRequest, key: String) -> ProxyAnswer {
         let fetched = store(result, p, key: key, sharedSeen: nil)
         coalescer.hand(key, fetched)
-        return withCacheHeaders(fetched, .miss, cacheStatus: "concierge; fwd=miss")
+        return withCacheHeaders(fetched, .miss)
     }
 }

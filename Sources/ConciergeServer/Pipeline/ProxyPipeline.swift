@@ -87,7 +87,7 @@ public final class ProxyPipeline: Sendable {
         if p.endpoint.httpCaching { return await handleHTTPCaching(p, key: key) }
         let now = cache.clock.now
         if p.bypass {
-            return withCacheHeaders(await fetchAndStore(p, key: key), .bypass, cacheStatus: "concierge; fwd=request")
+            return withCacheHeaders(await fetchAndStore(p, key: key), .bypass)
         }
         let entry = await cache.lookup(key)
         if let entry, entry.isFresh(at: now) {
@@ -105,7 +105,7 @@ public final class ProxyPipeline: Sendable {
         if case .upstreamDown = fetched.result, let entry, now < entry.freshUntil + entry.staleIfError {
             return CachedReply.make(entry, p, status: .stale, now: now, detail: "stale-if-error")
         }
-        return withCacheHeaders(fetched, .miss, cacheStatus: "concierge; fwd=miss")
+        return withCacheHeaders(fetched, .miss)
     }
 
     /// An exchange's result and whether its reply went into the cache.
@@ -151,8 +151,17 @@ public final class ProxyPipeline: Sendable {
         return tags.evaluate(path: p.request.path, params: params, json: json, headerValues: storable.headerTags)
     }
 
-    func withCacheHeaders(_ fetched: Fetched, _ status: CacheStatus, cacheStatus: String) -> ProxyAnswer {
-        Self.withStatus(fetched.result.answer, status, cacheStatus + (fetched.stored ? "; stored" : ""))
+    /// A forwarded request's answer with its cache headers: `Cache-Status` says why it was
+    /// forwarded (the cache missed, or the request asked to bypass it) and whether the reply
+    /// was stored. The four values are literals: a joined string was an allocation a miss.
+    func withCacheHeaders(_ fetched: Fetched, _ status: CacheStatus) -> ProxyAnswer {
+        let cacheStatus = switch (status, fetched.stored) {
+        case (.bypass, false): "concierge; fwd=request"
+        case (.bypass, true): "concierge; fwd=request; stored"
+        case (_, false): "concierge; fwd=miss"
+        case (_, true): "concierge; fwd=miss; stored"
+        }
+        return Self.withStatus(fetched.result.answer, status, cacheStatus)
     }
 
     /// An answer from the upstream with its `X-Cache` and `Cache-Status`, and the report's status.

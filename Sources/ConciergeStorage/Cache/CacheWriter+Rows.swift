@@ -37,29 +37,17 @@ extension CacheWriter {
 
     /// Runs the cached upsert for one entry through SQLite's C API: its 14 values bound
     /// straight from the entry, instead of through `StatementArguments`, which boxes each
-    /// value and was a third of the writer's time per entry. The body and the headers' text
-    /// are bound in place (`SQLITE_STATIC`, no copy into SQLite's own buffer) and the statement
-    /// is stepped while their bytes are lent; the bindings are stale after that, and no step
-    /// reads them again: every parameter is bound on every call, `NULL` too, before the next
-    /// step (so the last entry's values need no `sqlite3_clear_bindings`, which cost 1.2k
-    /// instructions an entry). The statement comes from and goes back to GRDB's cache reset,
-    /// as GRDB leaves it; an error is GRDB's `DatabaseError`, as `execute(arguments:)` throws it.
+    /// value and was a third of the writer's time per entry. Every text and the body are bound
+    /// in place (`SQLITE_STATIC`, no copy into SQLite's own buffer) and the statement is
+    /// stepped inside the closures that lend their bytes; the bindings are stale after that,
+    /// and no step reads them again: every parameter is bound on every call, `NULL` too, before
+    /// the next step (so the last entry's values need no `sqlite3_clear_bindings`, which cost
+    /// 1.2k instructions an entry). The statement comes from and goes back to GRDB's cache
+    /// reset, as GRDB leaves it; an error is GRDB's `DatabaseError`, as `execute(arguments:)`
+    /// throws it.
     static func upsert(_ e: CacheEntry, lastAccess: Double, with statement: Statement, in db: Database) throws {
         let sql = statement.sqliteStatement
         defer { sqlite3_reset(sql) }
-        func text(_ index: Int32, _ value: String?) {
-            guard var value else {
-                sqlite3_bind_null(sql, index)
-                return
-            }
-            value.withUTF8 { bytes in
-                _ = sqlite3_bind_text(sql, index, bytes.baseAddress.map { UnsafeRawPointer($0).assumingMemoryBound(to: CChar.self) },
-                                      Int32(bytes.count), transient)
-            }
-        }
-        text(1, e.key)
-        text(2, e.endpoint)
-        text(3, e.userID)
         sqlite3_bind_int64(sql, 4, Int64(e.status))
         sqlite3_bind_double(sql, 5, e.storedAt)
         sqlite3_bind_double(sql, 6, e.ttl)
@@ -70,23 +58,51 @@ extension CacheWriter {
         sqlite3_bind_int64(sql, 11, Int64(e.size))
         sqlite3_bind_double(sql, 12, lastAccess)
         let headers = JSONValue.serializedPairBytes(e.headers)
-        let code = headers.withUnsafeBytes { headerBytes in
-            // Never empty (at least `[]`).
-            _ = sqlite3_bind_text(sql, 13, headerBytes.baseAddress?.assumingMemoryBound(to: CChar.self), Int32(headerBytes.count), lent)
-            return e.body.withUnsafeReadableBytes { bytes -> Int32 in
-                if let base = bytes.baseAddress, bytes.count > 0 {
-                    _ = sqlite3_bind_blob(sql, 14, base, Int32(bytes.count), lent)
-                } else {
-                    // A zero-length blob, not NULL, for an empty body (as `Data()` bound).
-                    _ = sqlite3_bind_zeroblob(sql, 14, 0)
+        let code = lending(e.key) { key in
+            bindLent(sql, 1, key)
+            return lending(e.endpoint) { endpoint in
+                bindLent(sql, 2, endpoint)
+                return lending(e.userID) { userID in
+                    bindLent(sql, 3, userID)
+                    return headers.withUnsafeBufferPointer { headerBytes in
+                        bindLent(sql, 13, headerBytes)  // never empty (at least `[]`)
+                        return e.body.withUnsafeReadableBytes { bytes -> Int32 in
+                            if let base = bytes.baseAddress, bytes.count > 0 {
+                                _ = sqlite3_bind_blob(sql, 14, base, Int32(bytes.count), lent)
+                            } else {
+                                // A zero-length blob, not NULL, for an empty body (as `Data()` bound).
+                                _ = sqlite3_bind_zeroblob(sql, 14, 0)
+                            }
+                            return sqlite3_step(sql)
+                        }
+                    }
                 }
-                return sqlite3_step(sql)
             }
         }
         guard code == SQLITE_DONE else {
             throw DatabaseError(resultCode: ResultCode(rawValue: code), message: String(cString: sqlite3_errmsg(db.sqliteConnection)),
                                 sql: String(cString: sqlite3_sql(sql)))
         }
+    }
+
+    /// A text's UTF-8 bytes lent to `body` (`nil` for no text).
+    private static func lending<R>(_ text: String?, _ body: (UnsafeBufferPointer<UInt8>?) -> R) -> R {
+        guard var text else { return body(nil) }
+        return text.withUTF8 { body($0) }
+    }
+
+    /// Binds lent bytes as text in place (`NULL` for none); an empty text is bound as one,
+    /// never as `NULL` (its buffer may have no address).
+    private static func bindLent(_ sql: OpaquePointer?, _ index: Int32, _ bytes: UnsafeBufferPointer<UInt8>?) {
+        guard let bytes else {
+            sqlite3_bind_null(sql, index)
+            return
+        }
+        guard let base = bytes.baseAddress, bytes.count > 0 else {
+            _ = sqlite3_bind_text(sql, index, "", 0, transient)
+            return
+        }
+        _ = sqlite3_bind_text(sql, index, UnsafeRawPointer(base).assumingMemoryBound(to: CChar.self), Int32(bytes.count), lent)
     }
 
     /// SQLite copies what is bound with this destructor (the bytes need not outlive the call).
