@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 
 seconds=${FUZZ_SECONDS:-60}
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(config subrequests cachekey jsonscan wirehead forwarded headboundary plainreply)
+[ ${#targets[@]} -gt 0 ] || targets=(config subrequests cachekey jsonscan wirehead forwarded headboundary plainreply plainrequest)
 work=${FUZZ_WORK:-$(mktemp -d)}
 scratch=${FUZZ_BUILD:-.build-fuzz}
 

@@ -11,7 +11,7 @@ import NIOHTTP1
 /// (`concierge-fuzz config FILE…`), and in the unit tests, which replay the seed corpora
 /// in `Fuzz/corpus/` (one folder per target name).
 public enum FuzzTargets {
-    public static let names = ["config", "subrequests", "cachekey", "jsonscan", "wirehead", "forwarded", "headboundary", "plainreply"]
+    public static let names = ["config", "subrequests", "cachekey", "jsonscan", "wirehead", "forwarded", "headboundary", "plainreply", "plainrequest"]
 
     /// The target of that name (also the corpus folder's name).
     public static func named(_ name: String) -> (@Sendable ([UInt8]) -> Void)? {
@@ -24,6 +24,7 @@ public enum FuzzTargets {
         case "forwarded": return forwardedBytes
         case "headboundary": return headBoundary
         case "plainreply": return plainReply
+        case "plainrequest": return plainRequest
         default: return nil
         }
     }

@@ -175,6 +175,44 @@ struct RepeatedHitTests {
         }
     }
 
+    @Test("a plain head in a read of its own is read without the decoder; other reads go to it, and once it holds a request's bytes, everything does")
+    func plainHeads() async throws {
+        try await onConnection { fixture, connection in
+            let first = try connection.send(Self.head)
+            #expect(first.hasPrefix("HTTP/1.1 200 OK") && first.contains("X-Cache: HIT"))
+            #expect(connection.repeated.plainHeadsRead == 1)
+            #expect(connection.repeated.decoderAtBoundary)
+            // White space ending a value is not plain: the decoder reads it, the same request.
+            let unusual = try connection.send(Self.head.replacingOccurrences(of: "application/json\r\n", with: "application/json \r\n"))
+            #expect(unusual.hasPrefix("HTTP/1.1 200 OK") && unusual.contains("X-Cache: HIT"))
+            #expect(connection.repeated.plainHeadsRead == 1)
+            #expect(connection.repeated.decoderAtBoundary)
+            // Two heads in one read: the decoder's, both answered in order; after that, the
+            // decoder reads every read (a plain head too).
+            let both = try connection.send(Self.head + "GET /items?a=1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            #expect(Self.replies(in: both) == 2, "\(both)")
+            #expect(!connection.repeated.decoderAtBoundary)
+            let cut = "GET /items?a=1 HTTP/1.1\r\nHo"
+            #expect(try connection.send(cut) == "")
+            #expect(try connection.send("st: 127.0.0.1\r\n\r\n").hasPrefix("HTTP/1.1 200 OK"))
+            #expect(try connection.send(Self.head).hasPrefix("HTTP/1.1 200 OK"))
+            #expect(connection.repeated.plainHeadsRead == 1)
+            #expect(connection.repeated.repeatsAnswered == 0)
+            #expect(fixture.transport.calls(to: "/items") == 1)
+        }
+    }
+
+    @Test("a plain head cut short is the decoder's: a head completed by the next read is one request, not two")
+    func plainHeadCut() async throws {
+        try await onConnection { _, connection in
+            #expect(try connection.send("GET /items?a=1 HTTP/1.1\r\nHost: 127.0.0.1\r\n") == "")
+            let reply = try connection.send("Accept: application/json\r\n\r\n")
+            #expect(Self.replies(in: reply) == 1 && reply.contains("X-Cache: HIT"), "\(reply)")
+            #expect(connection.repeated.plainHeadsRead == 0)
+            #expect(!connection.repeated.decoderAtBoundary)
+        }
+    }
+
     @Test("a head split over two reads leaves the decoder's state unknown: nothing more on the connection is recognised")
     func splitHead() async throws {
         try await onConnection { fixture, connection in

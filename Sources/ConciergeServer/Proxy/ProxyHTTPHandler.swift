@@ -88,7 +88,12 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        let part = unwrapInboundIn(data)
+        receiveDecoded(unwrapInboundIn(data), context: context)
+    }
+
+    /// A part of a request as the decoder delivers it: from NIO's decoder, or read without it
+    /// by ``RepeatedHitHandler`` (``PlainRequestHead``), in the same order.
+    func receiveDecoded(_ part: HTTPServerRequestPart, context: ChannelHandlerContext) {
         if watch.watching { watch.count(part) }
         if let event = machine.admit(.part(part)) { handle(event, context: context) }
     }

@@ -1,9 +1,13 @@
 import ConciergeCore
 import NIOCore
+import NIOHTTP1
 
 /// In front of the request decoder: a read whose bytes are exactly a request head that was
 /// answered from the hot tier before is answered again without being parsed
-/// (``ProxyHTTPHandler/answerRepeatedHit(_:context:)``); any other read goes to the decoder.
+/// (``ProxyHTTPHandler/answerRepeatedHit(_:context:)``); a read that is exactly one request
+/// head in the plain form (``PlainRequestHead``: `GET` or `HEAD` without a body, keep-alive
+/// HTTP/1.1, plain fields) is read here and handed to the proxy handler as the decoder would
+/// hand it; any other read goes to the decoder.
 ///
 /// Sound because the same bytes, read by the same parser from the same state, are the same
 /// request, and everything else the answer depends on is checked at the time (the
@@ -33,6 +37,8 @@ final class RepeatedHitHandler: ChannelInboundHandler, RemovableChannelHandler {
     private(set) var decoderAtBoundary = true
     /// Reads answered without the decoder on this connection.
     private(set) var repeatsAnswered = 0
+    /// Plain heads read without the decoder on this connection.
+    private(set) var plainHeadsRead = 0
 
     init(proxy: ProxyHTTPHandler) {
         self.proxy = proxy
@@ -49,8 +55,17 @@ final class RepeatedHitHandler: ChannelInboundHandler, RemovableChannelHandler {
             repeatsAnswered += 1
             return
         }
-        let alone = RequestHeadBoundary.endsAtItsOnlyBlankLine(bytes)
         proxy.beginWatch()
+        if let proxyContext, let head = bytes.withUnsafeReadableBytes({ PlainRequestHead.parse($0) }) {
+            // A whole plain head and nothing else: read here, handed on as the decoder would
+            // hand it (head, then end), and the decoder stays between requests.
+            proxy.receiveDecoded(.head(head), context: proxyContext)
+            proxy.receiveDecoded(.end(nil), context: proxyContext)
+            plainHeadsRead += 1
+            decoderAtBoundary = proxy.endWatch(bytes)
+            return
+        }
+        let alone = RequestHeadBoundary.endsAtItsOnlyBlankLine(bytes)
         context.fireChannelRead(data)
         decoderAtBoundary = proxy.endWatch(alone ? bytes : nil) && alone
     }
