@@ -149,6 +149,8 @@ let package = Package(
             name: "ConciergeServerTests",
             dependencies: [
                 "ConciergeServer", "ConciergeTestSupport", "ConciergeSampleAPI",
+                // The fuzz targets' decoder harnesses, shared with the tests that compare readers.
+                "ConciergeFuzzing",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 // A test CA and server certificate for the https upstream tests.

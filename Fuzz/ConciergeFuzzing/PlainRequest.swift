@@ -33,17 +33,19 @@ extension FuzzTargets {
         }
     }
 
-    /// Requests as NIO's decoder delivered them.
-    final class DecodedRequest: ChannelInboundHandler {
-        typealias InboundIn = HTTPServerRequestPart
-        var parts: [HTTPServerRequestPart] = []
-        var failed = false
+    /// Requests as NIO's decoder delivered them (also the tests' harness).
+    public final class DecodedRequest: ChannelInboundHandler {
+        public typealias InboundIn = HTTPServerRequestPart
+        public var parts: [HTTPServerRequestPart] = []
+        public var failed = false
 
-        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        public init() {}
+
+        public func channelRead(context: ChannelHandlerContext, data: NIOAny) {
             parts.append(unwrapInboundIn(data))
         }
 
-        func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        public func errorCaught(context: ChannelHandlerContext, error: any Error) {
             failed = true
         }
     }

@@ -1,4 +1,5 @@
 import ConciergeCore
+import ConciergeFuzzing
 import NIOCore
 import NIOEmbedded
 import NIOHTTP1
@@ -100,7 +101,7 @@ struct PlainRequestHeadTests {
     static func expectDecoderAgrees(_ bytes: [UInt8], _ plain: HTTPRequestHead, sourceLocation: SourceLocation = #_sourceLocation) throws {
         let channel = EmbeddedChannel()
         defer { _ = try? channel.finish() }
-        let parts = DecodedRequests()
+        let parts = FuzzTargets.DecodedRequest()
         try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes)))
         try channel.pipeline.syncOperations.addHandler(parts)
         let shown = String(decoding: bytes, as: UTF8.self).debugDescription
@@ -121,21 +122,6 @@ struct PlainRequestHeadTests {
             #expect(next.uri == "/next", sourceLocation: sourceLocation)
         } else {
             Issue.record("no next request after \(shown)", sourceLocation: sourceLocation)
-        }
-    }
-
-    /// What NIO's decoder delivered.
-    final class DecodedRequests: ChannelInboundHandler {
-        typealias InboundIn = HTTPServerRequestPart
-        var parts: [HTTPServerRequestPart] = []
-        var failed = false
-
-        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-            parts.append(unwrapInboundIn(data))
-        }
-
-        func errorCaught(context: ChannelHandlerContext, error: any Error) {
-            failed = true
         }
     }
 }

@@ -75,27 +75,14 @@ public struct PlainReplyHead: Sendable {
                 i += 2
                 break
             }
-            // name ":" OWS value OWS CRLF; a line starting with white space is obs-fold.
-            let nameStart = i
-            while i < count, HTTPFieldSyntax.isTokenCharacter(bytes[i]) { i += 1 }
-            guard i < count else { return needMoreOrUnusual(bytes) }
-            guard i > nameStart, bytes[i] == 0x3A else { return .unusual }
-            let nameEnd = i
-            i += 1
-            while i < count, bytes[i] == 0x20 || bytes[i] == 0x09 { i += 1 }
-            let valueStart = i
-            while i < count, bytes[i] != cr {
-                let b = bytes[i]
-                guard b == 0x09 || (b >= 0x20 && b < 0x7F) else { return .unusual }
-                i += 1
+            let name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer
+            switch PlainFieldLine.read(bytes, at: &i) {
+            case .field(let nameRange, let valueRange):
+                name = UnsafeRawBufferPointer(rebasing: bytes[nameRange])
+                value = UnsafeRawBufferPointer(rebasing: bytes[valueRange])
+            case .needMore: return needMoreOrUnusual(bytes)
+            case .unusual: return .unusual
             }
-            guard i + 1 < count else { return needMoreOrUnusual(bytes) }
-            // White space before the CRLF: NIO's decoder keeps it in the value; the decoder reads it.
-            guard bytes[i + 1] == lf, i == valueStart || (bytes[i - 1] != 0x20 && bytes[i - 1] != 0x09) else { return .unusual }
-            let valueEnd = i
-            i += 2
-            let name = UnsafeRawBufferPointer(rebasing: bytes[nameStart..<nameEnd])
-            let value = UnsafeRawBufferPointer(rebasing: bytes[valueStart..<valueEnd])
             switch name.count {
             case 14 where ASCIICase.equals(name, lowercase: "content-length"):
                 guard contentLength == nil, let length = decimal(value) else { return .unusual }

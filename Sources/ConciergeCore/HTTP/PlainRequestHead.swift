@@ -51,25 +51,9 @@ public enum PlainRequestHead {
                 guard bytes[i + 1] == lf, i + 2 == count else { return nil }
                 break
             }
-            // name ":" OWS value OWS CRLF; a line starting with white space is obs-fold.
-            let nameStart = i
-            while i < count, HTTPFieldSyntax.isTokenCharacter(bytes[i]) { i += 1 }
-            guard i < count, i > nameStart, bytes[i] == 0x3A else { return nil }
-            let nameEnd = i
-            i += 1
-            while i < count, bytes[i] == 0x20 || bytes[i] == 0x09 { i += 1 }
-            let valueStart = i
-            while i < count, bytes[i] != cr {
-                let b = bytes[i]
-                guard b == 0x09 || (b >= 0x20 && b < 0x7F) else { return nil }
-                i += 1
-            }
-            // White space before the CRLF: NIO's decoder keeps it in the value; the decoder reads it.
-            guard i + 1 < count, bytes[i + 1] == lf, i == valueStart || (bytes[i - 1] != 0x20 && bytes[i - 1] != 0x09) else { return nil }
-            let valueEnd = i
-            i += 2
-            let name = UnsafeRawBufferPointer(rebasing: bytes[nameStart..<nameEnd])
-            let value = UnsafeRawBufferPointer(rebasing: bytes[valueStart..<valueEnd])
+            guard case .field(let nameRange, let valueRange) = PlainFieldLine.read(bytes, at: &i) else { return nil }
+            let name = UnsafeRawBufferPointer(rebasing: bytes[nameRange])
+            let value = UnsafeRawBufferPointer(rebasing: bytes[valueRange])
             switch name.count {
             case 14 where ASCIICase.equals(name, lowercase: "content-length"),
                  17 where ASCIICase.equals(name, lowercase: "transfer-encoding"),
