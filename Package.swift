@@ -149,7 +149,7 @@ let package = Package(
             name: "ConciergeServerTests",
             dependencies: [
                 "ConciergeServer", "ConciergeTestSupport", "ConciergeSampleAPI",
-                // The fuzz targets' decoder harnesses, shared with the tests that compare readers.
+                // The fuzz targets' checks, shared with the tests that compare readers.
                 "ConciergeFuzzing",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
