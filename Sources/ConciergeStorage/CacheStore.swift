@@ -178,9 +178,9 @@ public final class CacheStore: Sendable {
         case .pattern(let source):
             let pattern = try KeyPattern(source)
             await flush()
-            let deadline = ContinuousClock.now + Self.patternScanLimit
-            matched = try await reader.rows(matching: pattern, until: deadline)
-            try hot.removeKeys(matching: pattern, until: deadline)
+            let (rows, spent) = try await reader.rows(matching: pattern, within: Self.patternScanLimit)
+            matched = rows
+            try hot.removeKeys(matching: pattern, until: .now + (Self.patternScanLimit - spent))
         case .tags(let tags):
             await flush()
             matched = try await reader.rows(taggedWith: tags)
@@ -200,9 +200,9 @@ public final class CacheStore: Sendable {
     /// shutdown never wait for the scan; a scan that exceeds a limit removes nothing.
     public func invalidate(matching pattern: KeyPattern, within limit: Duration = patternScanLimit) async throws -> Int {
         await flush()
-        let deadline = ContinuousClock.now + limit
-        let matched = try await reader.rows(matching: pattern, until: deadline)
-        try hot.removeKeys(matching: pattern, until: deadline)
+        let (matched, spent) = try await reader.rows(matching: pattern, within: limit)
+        // The hot tier's keys get what the scan left of the limit.
+        try hot.removeKeys(matching: pattern, until: .now + (limit - spent))
         return try await withCheckedThrowingContinuation { continuation in
             writer.enqueue(.deleteMatched(matched, continuation))
         }

@@ -151,21 +151,30 @@ final class CacheReader: Sendable {
     static let scanSliceRows = 2_000
 
     /// The rows whose key the pattern matches, read in slices by rowid, off the writer; the
-    /// keys are matched on the reader's thread straight from SQLite's buffers.
-    /// - Throws: ``KeyPatternError`` when a match exceeds a limit or `deadline` passes.
-    func rows(matching pattern: KeyPattern, until deadline: ContinuousClock.Instant) async throws -> CacheWriter.MatchedRows {
+    /// keys are matched on the reader's thread straight from SQLite's buffers. `budget` bounds
+    /// the time spent scanning (on the reader's thread), not the time a slice waits for a
+    /// thread or a reader: a busy machine must not turn a small scan into a refusal.
+    /// - Returns: the rows and the time the scan took.
+    /// - Throws: ``KeyPatternError`` when a match exceeds a limit or the scan exceeds `budget`.
+    func rows(matching pattern: KeyPattern, within budget: Duration) async throws -> (rows: CacheWriter.MatchedRows, spent: Duration) {
         var matched = CacheWriter.MatchedRows(rows: [], keys: [])
         var after: Int64 = 0
         var scanned = 0
+        var spent = Duration.zero
         while true {
             try Task.checkCancellation()
-            if ContinuousClock.now >= deadline { throw KeyPatternError.deadlineExceeded(CacheStore.patternScanLimit, keysScanned: scanned) }
-            let from = after
-            let slice = try await database.pool.read { db in try Self.matchSlice(db, pattern, after: from, deadline: deadline) }
+            if spent >= budget { throw KeyPatternError.deadlineExceeded(CacheStore.patternScanLimit, keysScanned: scanned) }
+            let (from, remaining) = (after, budget - spent)
+            let (slice, took) = try await database.pool.read { db in
+                let started = ContinuousClock.now
+                let slice = try Self.matchSlice(db, pattern, after: from, deadline: started + remaining)
+                return (slice, ContinuousClock.now - started)
+            }
+            spent += took
             scanned += slice.scanned
             matched.rows += slice.matched.rows
             matched.keys += slice.matched.keys
-            guard let last = slice.lastRowid else { return matched }
+            guard let last = slice.lastRowid else { return (matched, spent) }
             after = last
         }
     }
