@@ -115,12 +115,33 @@ public enum FuzzTargets {
                 guard let full else { preconditionFailure("scan accepted what the parser refuses (path \(path))") }
                 guard full[path: path] == value else { preconditionFailure("scan and parser disagree at \(path)") }
             }
-            // What the pipeline classifies: the skeleton answers the path as the whole reply does.
-            let skeleton = JSONScan.envelope(codePath: path, in: data)
-            guard (skeleton == nil) == (full == nil), skeleton?[path: path] == full?[path: path] else {
-                preconditionFailure("envelope skeleton and parser disagree at \(path)")
+        }
+        // What the pipeline classifies without a tree: the same outcome and code as from the
+        // whole reply, for every path (whatever the scan answered).
+        for reader in envelopeReaders {
+            for status in [200, 401] {
+                let judged = reader.judge(data, status: status)
+                guard judged.outcome == reader.classify(full, status: status), judged.code == reader.code(in: full) else {
+                    preconditionFailure("envelope judged without a tree and parser disagree at \(reader.envelope.codePath)")
+                }
             }
         }
+    }
+
+    /// One reader per path the scan target tries, with text codes and `success_when_missing`
+    /// on, so every branch of the classification is reachable.
+    static let envelopeReaders = ["code", "errcode", "meta.code", "data.0", "0.code", "a.b.c", ""].map { path in
+        // The embedded default configuration's envelope, on each path.
+        guard var envelope = try? ConfigLoader.embeddedDefault(upstream: "http://127.0.0.1:9", environment: [:]).envelope else {
+            preconditionFailure("the embedded default configuration does not load")
+        }
+        envelope.codePath = path
+        envelope.successCodes = [0, 200]
+        envelope.refreshCodes = [801]
+        envelope.logoutCodes = [802]
+        envelope.successTextCodes = ["ok"]
+        envelope.successWhenMissing = true
+        return EnvelopeReader(envelope: envelope)
     }
 
     /// Replays files or directories of inputs through a target (the executables' `main`

@@ -62,16 +62,25 @@ struct JSONScanTests {
         #expect(scan(deep, "0") == .notJSON)
     }
 
-    @Test("the envelope skeleton answers the code path as the whole reply; non-JSON is nil")
-    func envelopeSkeleton() {
+    @Test("the envelope judged without a tree: the outcome and code of the whole reply; non-JSON is notJSON")
+    func envelopeWithoutTree() {
+        var envelope = ConciergeConfig.Envelope(
+            codePath: "meta.code", messagePath: "msg", successCodes: [200], refreshCodes: [801], logoutCodes: [802],
+            unavailable: CannedReply(status: 502, body: ["code": -1]), invalid: CannedReply(status: 502, body: ["code": -2]),
+            warningCodes: [:])
+        envelope.refreshTextCodes = ["InvalidAuthentication"]
+        let reader = EnvelopeReader(envelope: envelope)
         let text = #"{"meta":{"code":"InvalidAuthentication","x":[1,2]},"data":{}}"#
-        let skeleton = JSONScan.envelope(codePath: "meta.code", in: Array(text.utf8))
-        #expect(skeleton?[path: "meta.code"] == "InvalidAuthentication")
-        #expect(JSONScan.envelope(codePath: "code", in: Array(#"{"msg":"x"}"#.utf8))?[path: "code"] == nil)
-        #expect(JSONScan.envelope(codePath: "code", in: Array("<html>".utf8)) == nil)
-        // Refused by the scan, accepted by the full parser: the full parser decides.
-        let deep = "{\"code\":1,\"d\":" + String(repeating: "[", count: 300) + String(repeating: "]", count: 300) + "}"
-        #expect(JSONScan.envelope(codePath: "code", in: Array(deep.utf8)) == JSONValue.parse(deep))
+        #expect(reader.judge(Array(text.utf8)) == (.refresh(code: .text("InvalidAuthentication")), .text("InvalidAuthentication")))
+        #expect(reader.judge(Array(#"{"meta":{"code":200}}"#.utf8), status: 200) == (.success(code: 200), 200))
+        #expect(reader.judge(Array(#"{"meta":{"code":200}}"#.utf8), status: 404) == (.failure(code: 200), 200))
+        #expect(reader.judge(Array(#"{"msg":"x"}"#.utf8)) == (.failure(code: nil), nil))
+        #expect(reader.judge(Array("<html>".utf8)) == (.notJSON, nil))
+        // Refused by the scan (too deep), accepted by the full parser: the full parser decides.
+        let deep = #"{"meta":{"code":801},"d":"# + String(repeating: "[", count: 300) + String(repeating: "]", count: 300) + "}"
+        #expect(JSONScan.value(at: "meta.code", in: Array(deep.utf8)) == .notJSON)
+        #expect(reader.judge(Array(deep.utf8)) == (.refresh(code: 801), 801))
+        #expect(reader.judge(Array(deep.utf8)) == (reader.classify(JSONValue.parse(deep)), reader.code(in: JSONValue.parse(deep))))
     }
 }
 

@@ -12,6 +12,18 @@ struct ProxyRequestTests {
         #expect(request.target == "/api/a%20b?q=x+y&n=%C3%A9")
     }
 
+    @Test("a path changed by a step goes with the received query; a changed query is written from its params")
+    func targetAfterChanges() {
+        var request = ProxyRequest(method: "GET", target: "/a?z=1&y=%41")
+        request.path = "/b"
+        #expect(request.target == "/b?z=1&y=%41")
+        request.query.append(Param("x", "2"))
+        #expect(request.target == "/b?z=1&y=%41&x=2")
+        var unchanged = ProxyRequest(method: "GET", target: "/a?z=1")
+        unchanged.path = "/a"
+        #expect(unchanged.target == "/a?z=1")
+    }
+
     @Test("a target without a query has no params, and re-renders unchanged")
     func targetNoQuery() {
         let request = ProxyRequest(method: "GET", target: "/api/items")

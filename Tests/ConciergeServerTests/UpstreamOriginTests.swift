@@ -100,4 +100,24 @@ struct UpstreamOriginTests {
             }
         }
     }
+
+    @Test("a base URL and a target apart split as the joined URL does, with or without a path prefix")
+    func memoOfBaseAndTarget() {
+        let memo = UpstreamOrigin.Memo()
+        let bases = ["http://127.0.0.1:8080", "http://127.0.0.1:8080/v1", "http://127.0.0.1:8081", "HTTP://127.0.0.1:8080",
+                     "https://api.example.com/api", "http://127.0.0.1:8080@evil", "ftp://h", "http://127.0.0.1:8080/v1#x"]
+        let targets = ["/a?x=1", "/b", "", "?q=1", "/d#frag", "x", "/"]
+        for caFile in [nil, "/etc/ca.pem"] {
+            for base in bases + bases.reversed() {
+                for target in targets {
+                    let full = UpstreamOrigin.parse(base + target, caFile: caFile)
+                    let apart = memo.parse(base: base, target: target, caFile: caFile)
+                    #expect(apart?.origin == full?.origin && apart?.target == full?.target, "\(base) \(target) \(caFile ?? "-")")
+                }
+            }
+        }
+        #expect(UpstreamRequest(method: "GET", base: "http://h:1/v1", target: "/a?b=1", headers: [:], body: .none, timeout: .seconds(1)).url
+            == "http://h:1/v1/a?b=1")
+        #expect(UpstreamRequest(method: "GET", url: "http://h:1/a", headers: [:], body: .none, timeout: .seconds(1)).url == "http://h:1/a")
+    }
 }

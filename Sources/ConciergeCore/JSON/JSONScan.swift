@@ -27,36 +27,9 @@ public enum JSONScan {
     }
 
     /// The value at a path already split into ``components(_:)``.
-    static func value(at components: [[UInt8]], in bytes: some Collection<UInt8>) -> Result {
+    public static func value(at components: [[UInt8]], in bytes: some Collection<UInt8>) -> Result {
         if let result = bytes.withContiguousStorageIfAvailable({ scan($0, components) }) { return result }
         return Array(bytes).withUnsafeBufferPointer { scan($0, components) }
-    }
-
-    /// For the envelope read when no later step needs the tree: a value that answers
-    /// `[path: codePath]` exactly as the whole reply would (the code in a skeleton of
-    /// objects), or `nil` when the reply is not JSON. Texts the scan refuses go to the full
-    /// parser.
-    public static func envelope(codePath: String, in bytes: some Collection<UInt8>) -> JSONValue? {
-        envelope(codePath: codePath, components: components(codePath), in: bytes)
-    }
-
-    /// ``envelope(codePath:in:)`` with the path's ``components(_:)`` split once by the caller
-    /// (a configuration's code path is read on every reply).
-    public static func envelope(codePath: String, components: [[UInt8]], in bytes: some Collection<UInt8>) -> JSONValue? {
-        switch value(at: components, in: bytes) {
-        case .notJSON:
-            return JSONValue.parse(bytes)
-        case .missing:
-            return .object([:])
-        case .found(let code) where codePath.isEmpty:
-            return code
-        case .found(let code) where !StringBytes.contains(UInt8(ascii: "."), in: codePath):
-            return .object([codePath: code])
-        case .found(let code):
-            // Objects all the way down: `[path:]` looks a component up as a key in an object.
-            return codePath.split(separator: ".", omittingEmptySubsequences: false).reversed()
-                .reduce(code) { inner, component in .object([String(component): inner]) }
-        }
     }
 
     /// A dotted path's components as bytes; one component (`code`, `errcode`) without a split.

@@ -29,15 +29,33 @@ public final class EnvelopeReader: Sendable {
         codePathComponents = JSONScan.components(envelope.codePath)
     }
 
-    /// The reply as far as the envelope needs it, without the whole tree: ``JSONScan/envelope(codePath:in:)``.
-    public func scan(_ bytes: some Collection<UInt8>) -> JSONValue? {
-        JSONScan.envelope(codePath: envelope.codePath, components: codePathComponents, in: bytes)
+    /// ``classify(_:status:)`` and ``code(in:)`` of a reply's bytes when no later step needs
+    /// its tree: only the value at `code_path` is decoded (``JSONScan``, which still checks the
+    /// whole text), and the full parser reads only a text the scan refuses. No tree, not even
+    /// a skeleton of the path, is built.
+    public func judge(_ bytes: some Collection<UInt8>, status: Int = 200) -> (outcome: Outcome, code: BusinessCode?) {
+        let value: JSONValue?
+        switch JSONScan.value(at: codePathComponents, in: bytes) {
+        case .notJSON:
+            guard let body = JSONValue.parse(bytes) else { return (.notJSON, nil) }
+            value = body[path: envelope.codePath]
+        case .missing:
+            value = nil
+        case .found(let found):
+            value = found
+        }
+        let code = code(of: value)
+        return (classify(code: code, value: value, status: status), code)
     }
 
     /// The code at `code_path`: integers (also as numeric strings), and text codes when the
     /// envelope lists any text code; `nil` when there is none.
     public func code(in body: JSONValue?) -> BusinessCode? {
-        guard let value = body?[path: envelope.codePath] else { return nil }
+        code(of: body?[path: envelope.codePath])
+    }
+
+    private func code(of value: JSONValue?) -> BusinessCode? {
+        guard let value else { return nil }
         if let n = value.intValue { return .number(n) }
         if envelope.readsTextCodes, case .string(let s) = value, !s.isEmpty { return .text(s) }
         return nil
@@ -47,9 +65,15 @@ public final class EnvelopeReader: Sendable {
     /// `status` (below 500; the caller answers 5xx with `unavailable` before asking).
     public func classify(_ body: JSONValue?, status: Int = 200) -> Outcome {
         guard let body else { return .notJSON }
+        let value = body[path: envelope.codePath]
+        return classify(code: code(of: value), value: value, status: status)
+    }
+
+    /// The outcome of a JSON reply whose value at `code_path` is `value` (read as `code`).
+    private func classify(code: BusinessCode?, value: JSONValue?, status: Int) -> Outcome {
         let isSuccessStatus = (200..<300).contains(status)
-        guard let code = code(in: body) else {
-            let missing = body[path: envelope.codePath] == nil || body[path: envelope.codePath] == .null
+        guard let code else {
+            let missing = value == nil || value == .null
             return missing && isSuccessStatus && envelope.successWhenMissing ? .success(code: nil) : .failure(code: nil)
         }
         if envelope.refreshCodes(contains: code) { return .refresh(code: code) }

@@ -135,7 +135,9 @@ public enum RequestBody: Sendable {
 public struct ProxyRequest: Sendable {
     public var method: String
     /// The path as received (still percent-encoded), without the query.
-    public var path: String
+    public var path: String { didSet { pathAsReceived = false } }
+    /// No step changed ``path``: with ``rawQuery``, the target is the received one as it was.
+    private var pathAsReceived = true
     /// The query's parameters; changing them drops ``rawQuery``.
     public var query: [Param] { didSet { rawQuery = nil } }
     /// The query exactly as received, while no step changed a parameter.
@@ -165,7 +167,10 @@ public struct ProxyRequest: Sendable {
     /// Path and query as sent upstream: the client's query as received, or, once a step
     /// changed it, its pairs in their written form with Concierge's own appended.
     public var target: String {
-        if let rawQuery { return path + "?" + rawQuery }
+        if let rawQuery {
+            // `rawQuery` is a slice of the target as received (``init(method:target:headers:body:)``).
+            return pathAsReceived ? rawQuery.base : path + "?" + rawQuery
+        }
         guard !query.isEmpty else { return path }
         let encoded = QueryString.encode(query)
         var target = TextBuilder(capacity: path.utf8.count + 1 + encoded.utf8.count)

@@ -15,7 +15,8 @@ struct EnvelopeSuccess: Sendable {
     struct Pending: Sendable {
         var answer: ProxyAnswer
         let response: UpstreamResponse
-        let json: JSONValue
+        /// The parsed reply; `nil` when no step reads it (there is a capture only with it).
+        let json: JSONValue?
         let captured: TokenReply?
         let capture: ConciergeConfig.Capture?
         let p: PreparedRequest
@@ -28,11 +29,13 @@ struct EnvelopeSuccess: Sendable {
     }
 
     /// Validates; then the result, unless a capture or `invalidates` is still to run (``finish(_:)``).
+    ///
+    /// - Parameter json: the parsed reply, when a step reads it (`validate`, capture, `unwrap`);
+    ///   `nil` when the envelope read the code alone. A success code was read from the body,
+    ///   so it is JSON either way.
     func settle(_ upstreamAnswer: ProxyAnswer, response: UpstreamResponse, json: JSONValue?, captured: TokenReply?,
                 capture: ConciergeConfig.Capture?, _ p: PreparedRequest, _ attempt: UpstreamExchange.Attempt) -> Settled {
-        // A success code was read from the body, so it is JSON.
-        guard let json else { return .done(.failure(attempt.answer(LocalReplies.unavailable(p.config), p))) }
-        if let problem = ResponseValidator(rules: p.endpoint.validate).problem(in: json) {
+        if !p.endpoint.validate.isEmpty, let json, let problem = ResponseValidator(rules: p.endpoint.validate).problem(in: json) {
             logger.warning("reply failed validation", metadata: ["endpoint": "\(p.endpoint.name)", "problem": "\(problem)"])
             return .done(.failure(attempt.answer(LocalReplies.invalid(p.config, problem: problem), p)))
         }
@@ -49,11 +52,11 @@ struct EnvelopeSuccess: Sendable {
         var answer = pending.answer
         var storedBody = pending.response.body
         let p = pending.p
-        if let capture = pending.capture {
-            await lifecycle.login(pending.captured, from: pending.json, capture: capture, limit: p.config.settings.session.maxRefreshes)
+        if let capture = pending.capture, let json = pending.json {
+            await lifecycle.login(pending.captured, from: json, capture: capture, limit: p.config.settings.session.maxRefreshes)
             if capture.redact {
                 // The client never holds the captured tokens (token-handler pattern).
-                var redacted = pending.json.removing(path: capture.accessToken)
+                var redacted = json.removing(path: capture.accessToken)
                 if let refreshPath = capture.refreshToken { redacted = redacted.removing(path: refreshPath) }
                 storedBody = ByteBuffer(bytes: redacted.serializedBytes)
                 answer.reply.body = .buffer(storedBody)

@@ -273,10 +273,17 @@ struct UpstreamExchange: Sendable {
         // Read field by field: binding `settings.session` copied the whole section per reply.
         let capture = runtime.settings.session.kind == .user ? runtime.settings.session.capture.flatMap { $0.endpoint == p.endpoint.name ? $0 : nil } : nil
         let needsTree = capture != nil || !p.endpoint.validate.isEmpty || p.endpoint.unwrap != nil || !envelope.envelope.warningCodes.isEmpty
-        let json = needsTree ? JSONValue.parse(response.body.readableBytesView)
-            : envelope.scan(response.body.readableBytesView)
-        var outcome = envelope.classify(json, status: response.status)
-        upstreamAnswer.report.businessCode = envelope.code(in: json)
+        // The tree only when a later step reads it; else the code alone (`json` stays nil).
+        let json: JSONValue?
+        var outcome: EnvelopeReader.Outcome
+        if needsTree {
+            json = JSONValue.parse(response.body.readableBytesView)
+            outcome = envelope.classify(json, status: response.status)
+            upstreamAnswer.report.businessCode = envelope.code(in: json)
+        } else {
+            json = nil
+            (outcome, upstreamAnswer.report.businessCode) = envelope.judge(response.body.readableBytesView, status: response.status)
+        }
         var captured: TokenReply? = nil
         if let capture {
             // A login reply is judged as a token reply: OAuth2's has no code at all.

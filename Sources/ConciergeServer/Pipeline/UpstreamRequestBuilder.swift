@@ -54,7 +54,7 @@ enum UpstreamRequestBuilder {
         // client, nor an envelope unreadable. Streamed pass-through keeps the client's.
         if askingForIdentity { replaceOrAdd("Accept-Encoding", "identity") }
         let timeout = p.endpoint.timeout ?? p.config.settings.limits.defaultTimeout
-        return UpstreamRequest(method: request.method, url: p.upstream.baseURL + request.target, headers: HTTPHeaders(fields), body: body,
-                               timeout: timeout)
+        return UpstreamRequest(method: request.method, base: p.upstream.baseURL, target: request.target, headers: HTTPHeaders(fields),
+                               body: body, timeout: timeout)
     }
 }

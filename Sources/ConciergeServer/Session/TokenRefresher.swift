@@ -245,7 +245,7 @@ public actor TokenRefresher {
         }
         let built = TokenRequest(endpoint, refreshToken: refreshToken, accessToken: accessToken)
         let body: UpstreamRequest.Body = built.body.map { .bytes(ByteBuffer(bytes: $0)) } ?? .none
-        let request = UpstreamRequest(method: built.method, url: upstream.baseURL + built.target, headers: built.headers, body: body,
+        let request = UpstreamRequest(method: built.method, base: upstream.baseURL, target: built.target, headers: built.headers, body: body,
                                       timeout: endpoint.timeout)
         do {
             let response = try await transport.send(request, maxBody: rc.settings.limits.maxBodyBytes)

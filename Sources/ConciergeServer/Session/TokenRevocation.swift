@@ -47,7 +47,7 @@ final class TokenRevocation: Service, Sendable {
               let upstream = rc.settings.upstream(named: endpoint.upstream ?? environment) else { return }
         let built = TokenRequest(endpoint, refreshToken: tokens.refreshToken, accessToken: tokens.accessToken)
         let body: UpstreamRequest.Body = built.body.map { .bytes(ByteBuffer(bytes: $0)) } ?? .none
-        let request = UpstreamRequest(method: built.method, url: upstream.baseURL + built.target, headers: built.headers, body: body,
+        let request = UpstreamRequest(method: built.method, base: upstream.baseURL, target: built.target, headers: built.headers, body: body,
                                       timeout: endpoint.timeout)
         do {
             let response = try await transport.send(request, maxBody: 64 << 10)

@@ -23,19 +23,19 @@ public final class PooledUpstreamTransport: UpstreamTransport {
 
     nonisolated(nonsending) public func send(_ request: UpstreamRequest, maxBody: Int) async throws(UpstreamFailure) -> UpstreamResponse {
         if case .stream = request.body {
-            return try await client.send(request, maxBody: maxBody, tlsConfiguration: tlsConfiguration(for: request.url))
+            return try await client.send(request, maxBody: maxBody, tlsConfiguration: tlsConfiguration(for: request.base))
         }
-        return try await pool.send(request, maxBody: maxBody, caFile: caFile(for: request.url))
+        return try await pool.send(request, maxBody: maxBody, caFile: caFile(for: request.base))
     }
 
     public func start(_ request: UpstreamRequest, maxBody: Int, on eventLoop: any EventLoop,
                       reply: @escaping @Sendable (Result<UpstreamResponse, UpstreamFailure>) -> Void) -> Bool {
         if case .stream = request.body { return false }
-        return pool.start(request, maxBody: maxBody, caFile: caFile(for: request.url), on: eventLoop, reply: reply)
+        return pool.start(request, maxBody: maxBody, caFile: caFile(for: request.base), on: eventLoop, reply: reply)
     }
 
     public func stream(_ request: UpstreamRequest) async throws(UpstreamFailure) -> StreamedUpstreamReply {
-        try await client.stream(request, tlsConfiguration: tlsConfiguration(for: request.url))
+        try await client.stream(request, tlsConfiguration: tlsConfiguration(for: request.base))
     }
 
     /// Closes the pool's connections, then AsyncHTTPClient's (hooks use it until then).
@@ -44,7 +44,8 @@ public final class PooledUpstreamTransport: UpstreamTransport {
         await client.shutdown()
     }
 
-    /// The `ca_file` of the configured https upstream at this URL's origin, if any.
+    /// The `ca_file` of the configured https upstream at this URL's origin, if any (`url` may
+    /// stop at its authority: a request's ``UpstreamRequest/base``).
     func caFile(for url: String) -> String? {
         guard UpstreamOrigin.schemeIsTLS(url) == true, let origin = UpstreamOrigin.parse(url)?.origin else { return nil }
         return upstreams().first { $0.caFile != nil && origin.matches($0.scheme, host: $0.host, port: $0.port) }?.caFile

@@ -10,7 +10,12 @@ import NIOSSL
 /// exchange.
 public struct UpstreamRequest: Sendable {
     public var method: String
-    public var url: String
+    /// The URL up to the request's own target: an upstream's `base_url` (scheme, authority and
+    /// any path prefix), or the whole URL (``target`` then empty).
+    public var base: String
+    /// Path and query appended to ``base``; kept apart so the connection pool reads the origin
+    /// of a known `base_url` without joining the two and splitting them again.
+    public var target: String
     public var headers: HTTPHeaders
     public var body: Body
     /// The endpoint's `timeout` from when the request was made: the one deadline over the
@@ -18,9 +23,17 @@ public struct UpstreamRequest: Sendable {
     /// whichever transport carries it.
     public var deadline: NIODeadline
 
+    /// The absolute URL.
+    public var url: String { target.isEmpty ? base : base + target }
+
     public init(method: String, url: String, headers: HTTPHeaders, body: Body, timeout: Duration) {
-        (self.method, self.url, self.headers, self.body) = (method, url, headers, body)
-        deadline = .now() + .nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000 + timeout.components.attoseconds / 1_000_000_000)
+        self.init(method: method, base: url, target: "", headers: headers, body: body, timeout: timeout)
+    }
+
+    public init(method: String, base: String, target: String, headers: HTTPHeaders, body: Body, timeout: Duration) {
+        (self.method, self.base, self.target, self.headers, self.body) = (method, base, target, headers, body)
+        let (seconds, attoseconds) = timeout.components
+        deadline = .now() + .nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
     }
 
     public enum Body: Sendable {

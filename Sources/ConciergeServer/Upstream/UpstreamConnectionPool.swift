@@ -116,7 +116,7 @@ public final class UpstreamConnectionPool: Sendable {
 
     /// Where `request` goes and its bytes, or why it cannot be sent.
     private func encode(_ request: UpstreamRequest, caFile: String?) throws(UpstreamFailure) -> (UpstreamOrigin, UpstreamWireRequest) {
-        guard let (origin, target) = origins.parse(request.url, caFile: caFile) else {
+        guard let (origin, target) = origins.parse(base: request.base, target: request.target, caFile: caFile) else {
             throw .unreachable("not an http:// or https:// URL: \(request.url)")
         }
         let body: ByteBuffer?

@@ -72,6 +72,27 @@ struct UpstreamOrigin: Hashable, Sendable, CustomStringConvertible {
             return parsed
         }
 
+        /// ``parse(_:caFile:)`` of `base + target`, without joining them when `base` is the
+        /// remembered origin (an upstream's `base_url` without a path: one compare) or that
+        /// origin and a path, and `target` a target as the full parse leaves it.
+        func parse(base: String, target: String, caFile: String?) -> (origin: UpstreamOrigin, target: String)? {
+            if let last = last.currentValue, last.origin.caFile == (last.origin.isTLS ? caFile : nil), Self.isPlainTarget(target) {
+                if base == last.prefix { return (last.origin, target) }
+                if let path = Self.target(of: base, after: last.prefix) { return (last.origin, path + target) }
+            }
+            return parse(target.isEmpty ? base : base + target, caFile: caFile)
+        }
+
+        /// Starts with `/` and holds no fragment.
+        static func isPlainTarget(_ target: String) -> Bool {
+            var target = target
+            return target.withUTF8 { bytes in
+                guard bytes.first == UInt8(ascii: "/") else { return false }
+                for byte in bytes where byte == UInt8(ascii: "#") { return false }
+                return true
+            }
+        }
+
         /// The rest of `url` after `prefix` when it is a target as the full parse leaves it
         /// (starts with `/`, no fragment), read over both strings' bytes.
         static func target(of url: String, after prefix: String) -> String? {
