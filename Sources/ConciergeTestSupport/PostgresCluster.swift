@@ -46,7 +46,7 @@ public final class PostgresCluster: Sendable {
                                               "CREATE DATABASE concierge OWNER concierge"])
                 return started
             } catch {
-                try? await started.postgres("pg_ctl", ["-D", "\(directory)/data", "-m", "immediate", "stop"])
+                _ = try? await started.postgres("pg_ctl", ["-D", "\(directory)/data", "-m", "immediate", "stop"])
             }
         }
         throw Failure("PostgreSQL did not start on a free port")
@@ -134,7 +134,7 @@ public final class PostgresCluster: Sendable {
                     try FileManager.default.createDirectory(atPath: building, withIntermediateDirectories: true)
                     try await run("/bin/chown", ["postgres:postgres", building])
                 }
-                try await runTool("\(binaries)/initdb", ["-D", building, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"],
+                _ = try await runTool("\(binaries)/initdb", ["-D", building, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"],
                                   asPostgres: asPostgres)
                 try? FileManager.default.removeItem(atPath: path)
                 try FileManager.default.moveItem(atPath: building, toPath: path)
