@@ -85,6 +85,7 @@ extension CacheWriter {
             for (_, row) in evicted { index.deleted(row) }
             index.commitBatch()
         }
+        expiry.withLock { expiry in for (_, row) in evicted { expiry.remove(row.rowid) } }
         for (key, _) in evicted { reader.hot.remove(key) }
         return evicted.count
     }

@@ -33,6 +33,7 @@ extension CacheWriter {
             for name in entry.tags { try tag.execute(arguments: [name, entry.key]) }
         }
         index.update { $0.stored(rowid: rowid, size: entry.size, replacing: old) }
+        expiry.withLock { $0.set(rowid, entry.usableUntil) }
     }
 
     /// Runs the cached upsert for one entry through SQLite's C API: its 14 values bound
@@ -123,6 +124,7 @@ extension CacheWriter {
             deleted.append(KeyIndex.Row(rowid: row["rowid"], hash: KeyHash.of(key), size: row["size"]))
         }
         try dropTags(of: keys, in: db)
+        expiry.withLock { expiry in for row in deleted { expiry.remove(row.rowid) } }
         return index.update { index in deleted.reduce(0) { n, row in index.deleted(row) ? n + 1 : n } }
     }
 
@@ -135,6 +137,7 @@ extension CacheWriter {
             // (the whole table goes without visiting rows), less the rows invalidated already.
             let rowsDeleted = db.changesCount
             try db.execute(sql: "DELETE FROM cache_tag")
+            expiry.withLock { $0.removeAll() }
             return index.update { index in
                 defer { index.deletedAll() }
                 return index.isLoading ? max(0, rowsDeleted - index.unservableRows) : before
@@ -185,28 +188,32 @@ extension CacheWriter {
     /// unchanged); a reader takes them, marked, from SQLite.
     func markStale(_ rows: [KeyIndex.Row]?, _ criteria: InvalidationCriteria, in db: Database, now: Double) throws -> Int {
         let set = "SET ttl = ?1 - stored_at, usable_until = ?1 + MAX(swr, sie)"
+        // Each marked row's new `usable_until` goes to the expiry times.
+        var marked: [(rowid: Int64, usableUntil: Double)] = []
         if let rows {
-            let mark = try db.cachedStatement(sql: "UPDATE cache_entry \(set) WHERE rowid = ?2 AND stored_at + ttl > ?1")
-            var marked = 0
+            let mark = try db.cachedStatement(sql: "UPDATE cache_entry \(set) WHERE rowid = ?2 AND stored_at + ttl > ?1 RETURNING usable_until")
             for row in rows where !index.isDoomed(row.rowid) {
-                try mark.execute(arguments: [now, row.rowid])
-                marked += db.changesCount
+                if let usableUntil = try Double.fetchOne(mark, arguments: [now, row.rowid]) { marked.append((row.rowid, usableUntil)) }
             }
-            return marked
-        }
-        switch criteria {
-        case .all:
-            try db.execute(sql: "UPDATE cache_entry \(set) WHERE stored_at + ttl > ?1", arguments: [now])
-        case .user, .endpoints:
-            guard let selection = Self.selection(criteria) else { return 0 }
+        } else {
+            let update: String
             var arguments: StatementArguments = [now]
-            arguments += selection.arguments
-            // The selection's own `?` take the numbers after ?1.
-            try db.execute(sql: "UPDATE cache_entry \(set) WHERE stored_at + ttl > ?1 AND (\(selection.sql))", arguments: arguments)
-        case .pattern, .tags, .soft:
-            return 0  // rows found by a scan or the tag index come as `rows`
+            switch criteria {
+            case .all:
+                update = "UPDATE cache_entry \(set) WHERE stored_at + ttl > ?1"
+            case .user, .endpoints:
+                guard let selection = Self.selection(criteria) else { return 0 }
+                arguments += selection.arguments
+                // The selection's own `?` take the numbers after ?1.
+                update = "UPDATE cache_entry \(set) WHERE stored_at + ttl > ?1 AND (\(selection.sql))"
+            case .pattern, .tags, .soft:
+                return 0  // rows found by a scan or the tag index come as `rows`
+            }
+            let changed = try Row.fetchCursor(db, sql: update + " RETURNING rowid, usable_until", arguments: arguments)
+            while let row = try changed.next() { marked.append((row[0], row[1])) }
         }
-        return db.changesCount
+        expiry.withLock { expiry in for row in marked { expiry.set(row.rowid, row.usableUntil) } }
+        return marked.count
     }
 
     /// Pattern invalidation, once a scan off the writer found the rows: those still holding the
@@ -237,6 +244,7 @@ extension CacheWriter {
             for row in matched { try delete.execute(arguments: [row.rowid]) }
             try dropTags(of: keys, in: db)
             index.update { index in for row in matched { index.deleted(row) } }
+            expiry.withLock { expiry in for row in matched { expiry.remove(row.rowid) } }
         } else {
             let token = index.update { $0.doom(matched) }
             followUp(.deleteDoomed(DoomedRows(rowids: matched.map(\.rowid), token: token, storedUpTo: now)))
@@ -249,17 +257,55 @@ extension CacheWriter {
         let slice = Array(rows.rowids[rows.next..<min(rows.next + DoomedRows.sliceRows, rows.rowids.count)])
         let delete = try db.cachedStatement(sql: "DELETE FROM cache_entry WHERE rowid = ? AND stored_at <= ? RETURNING key")
         var keys: [String] = []
+        var deleted: [Int64] = []
         for rowid in slice {
-            if let key = try String.fetchOne(delete, arguments: [rowid, rows.storedUpTo]) { keys.append(key) }
+            if let key = try String.fetchOne(delete, arguments: [rowid, rows.storedUpTo]) {
+                keys.append(key)
+                deleted.append(rowid)
+            }
         }
         try dropTags(of: keys, in: db)
+        expiry.withLock { expiry in for rowid in deleted { expiry.remove(rowid) } }
         index.update { $0.deletedDoomed(slice, token: rows.token) }
+    }
+
+    /// Deletes the rows past all their windows that ``ExpiryTimes`` holds (all but those the key
+    /// index's loader has not read yet, at start-up), each only if SQLite's own `usable_until`
+    /// says so; a time found stale is replaced by SQLite's. The times are read again first when
+    /// a rolled-back batch left them unsure.
+    func deleteExpired(_ db: Database, now: Double) throws -> Int {
+        if expiry.withLock({ $0.needsRebuild }) {
+            let (_, times) = try Self.allRows(db)
+            expiry.withLock { $0.rebuilt(times) }
+        }
+        let due = expiry.withLock { $0.due(by: now) }
+        guard !due.isEmpty else { return 0 }
+        let delete = try db.cachedStatement(sql: "DELETE FROM cache_entry WHERE rowid = ? AND usable_until <= ? RETURNING key, size")
+        let check = try db.cachedStatement(sql: "SELECT usable_until FROM cache_entry WHERE rowid = ?")
+        var deleted: [KeyIndex.Row] = []
+        var keys: [String] = []
+        var later: [(rowid: Int64, usableUntil: Double)] = []
+        for rowid in due {
+            if let row = try Row.fetchOne(delete, arguments: [rowid, now]) {
+                let key: String = row["key"]
+                keys.append(key)
+                deleted.append(KeyIndex.Row(rowid: rowid, hash: KeyHash.of(key), size: row["size"]))
+            } else if let usableUntil = try Double.fetchOne(check, arguments: [rowid]) {
+                later.append((rowid, usableUntil))
+            }
+        }
+        expiry.withLock { expiry in
+            for rowid in due { expiry.remove(rowid) }
+            for row in later { expiry.set(row.rowid, row.usableUntil) }
+        }
+        try dropTags(of: keys, in: db)
+        return index.update { index in deleted.reduce(0) { n, row in index.deleted(row) ? n + 1 : n } }
     }
 
     /// Deletes entries past all their windows and entries whose version is not the current
     /// one for their endpoint (endpoints not in `versions` are gone from the config).
     func sweep(_ db: Database, versions: [String: Int], now: Double) throws -> Int {
-        var n = try deleteRows(db, where: "usable_until <= ?", [now])
+        var n = try deleteExpired(db, now: now)
         for (endpoint, version) in versions {
             n += try deleteRows(db, where: "endpoint = ? AND version != ?", [endpoint, version])
         }

@@ -58,6 +58,9 @@ final class CacheWriter: Sendable {
     private let followUps = Mutex<[Work]>([])
     /// Callers of ``indexLoaded()`` while the index loads; `nil` once it is loaded (or the writer stopped).
     private let loadWaiters: Mutex<[CheckedContinuation<Void, Never>]?>
+    /// Each row's `usable_until`, for the sweep. Only the writer's thread uses it; the lock is
+    /// uncontended and makes the class `Sendable`.
+    let expiry = Mutex(ExpiryTimes())
 
     private struct Queue {
         var work: [Work] = []
@@ -397,22 +400,28 @@ final class CacheWriter: Sendable {
         for (key, at) in touches { try touch.execute(arguments: [at, key]) }
     }
 
-    /// After a failed transaction: the index as SQLite still has it.
+    /// After a failed transaction: the index and the expiry times as SQLite still has them.
     private func rollBackIndex() {
         do {
-            let rows = try database.pool.read { db in try Self.allRows(db) }
+            let (rows, times) = try database.pool.read { db in try Self.allRows(db) }
             index.update { $0.rollBackBatch(recounted: rows) }
+            expiry.withLock { $0.rebuilt(times) }
         } catch {
             logger.error("cache index recount failed", metadata: ["error": "\(error)"])
             index.update { $0.rollBackBatch(recounted: []) }
+            expiry.withLock { $0.lostTrack() }
         }
     }
 
-    /// Every row's id, key hash and size.
-    static func allRows(_ db: Database) throws -> [KeyIndex.Row] {
+    /// Every row's id, key hash and size, and its `usable_until`.
+    static func allRows(_ db: Database) throws -> ([KeyIndex.Row], [(rowid: Int64, usableUntil: Double)]) {
         var rows: [KeyIndex.Row] = []
-        try forEachRow(db) { rows.append($0) }
-        return rows
+        var times: [(rowid: Int64, usableUntil: Double)] = []
+        try forEachRow(db) { row, usableUntil in
+            rows.append(row)
+            times.append((row.rowid, usableUntil))
+        }
+        return (rows, times)
     }
 
     // MARK: - Loading the index
@@ -431,8 +440,9 @@ final class CacheWriter: Sendable {
         while !isStopping, let slice = index.update({ $0.nextLoadSlice(Self.loadSliceRows) }) {
             do {
                 // Between batches: no write is in flight, so the slice is as the index was told.
-                let rows = try database.pool.read { db in try Self.rows(db, after: slice.after, upTo: slice.upTo) }
+                let (rows, times) = try database.pool.read { db in try Self.rows(db, after: slice.after, upTo: slice.upTo) }
                 index.update { $0.loaded(rows, through: slice.upTo) }
+                expiry.withLock { expiry in for row in times { expiry.set(row.rowid, row.usableUntil) } }
             } catch {
                 failures += 1
                 if failures == 1 { logger.error("cache index: reading the rows failed; retrying", metadata: ["error": "\(error)"]) }
@@ -460,17 +470,24 @@ final class CacheWriter: Sendable {
         }
     }
 
-    /// The rows with a rowid in `after + 1 ... upTo` (a range of the table's b-tree).
-    static func rows(_ db: Database, after: Int64, upTo: Int64) throws -> [KeyIndex.Row] {
+    /// The rows with a rowid in `after + 1 ... upTo` (a range of the table's b-tree), and their `usable_until`.
+    static func rows(_ db: Database, after: Int64, upTo: Int64) throws -> ([KeyIndex.Row], [(rowid: Int64, usableUntil: Double)]) {
         var rows: [KeyIndex.Row] = []
+        var times: [(rowid: Int64, usableUntil: Double)] = []
         rows.reserveCapacity(Int(min(upTo - after, loadSliceRows)))
-        try forEachRow(db, sql: "SELECT rowid, key, size FROM cache_entry WHERE rowid > ? AND rowid <= ?", bounds: [after, upTo]) { rows.append($0) }
-        return rows
+        times.reserveCapacity(Int(min(upTo - after, loadSliceRows)))
+        try forEachRow(db, sql: "SELECT rowid, key, size, usable_until FROM cache_entry WHERE rowid > ? AND rowid <= ?",
+                       bounds: [after, upTo]) { row, usableUntil in
+            rows.append(row)
+            times.append((row.rowid, usableUntil))
+        }
+        return (rows, times)
     }
 
-    /// Each row's id, key hash and size, straight from SQLite's buffers (no string per key).
-    static func forEachRow(_ db: Database, sql: String = "SELECT rowid, key, size FROM cache_entry", bounds: [Int64] = [],
-                           _ body: (KeyIndex.Row) -> Void) throws {
+    /// Each row's id, key hash and size, and its `usable_until`, straight from SQLite's buffers
+    /// (no string per key).
+    static func forEachRow(_ db: Database, sql: String = "SELECT rowid, key, size, usable_until FROM cache_entry", bounds: [Int64] = [],
+                           _ body: (KeyIndex.Row, Double) -> Void) throws {
         let statement = try db.makeStatement(sql: sql)
         let raw = statement.sqliteStatement
         for (n, bound) in bounds.enumerated() { sqlite3_bind_int64(raw, Int32(n + 1), bound) }
@@ -478,7 +495,8 @@ final class CacheWriter: Sendable {
         while sqlite3_step(raw) == SQLITE_ROW {
             guard let text = sqlite3_column_text(raw, 1) else { continue }
             let hash = KeyHash.of(UnsafeRawBufferPointer(start: text, count: Int(sqlite3_column_bytes(raw, 1))))
-            body(KeyIndex.Row(rowid: sqlite3_column_int64(raw, 0), hash: hash, size: Int(sqlite3_column_int64(raw, 2))))
+            body(KeyIndex.Row(rowid: sqlite3_column_int64(raw, 0), hash: hash, size: Int(sqlite3_column_int64(raw, 2))),
+                 sqlite3_column_double(raw, 3))
         }
     }
 }
