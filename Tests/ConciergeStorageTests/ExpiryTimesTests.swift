@@ -20,6 +20,29 @@ struct ExpiryTimesTests {
         })
     }
 
+    @Test("times by rowid across pages: set, replace, remove, due; an emptied page is given back")
+    func pages() {
+        var times = ExpiryTimes()
+        let rowids: [Int64] = [1, 2, 255, 256, 257, 1_000_000, 1 << 40]
+        for (n, rowid) in rowids.enumerated() { times.set(rowid, Double(n * 10)) }
+        #expect(times.count == rowids.count)
+        times.set(2, 5)  // replaced, not counted twice
+        #expect(times.count == rowids.count)
+        #expect(Set(times.due(by: 20)) == [1, 2, 255])
+        times.remove(255)
+        times.remove(255)  // absent: nothing changes
+        times.remove(77)
+        #expect(times.count == rowids.count - 1)
+        #expect(Set(times.due(by: .infinity)) == Set(rowids).subtracting([255]))
+        for rowid in rowids { times.remove(rowid) }
+        #expect(times.count == 0 && times.due(by: .infinity).isEmpty)
+        times.set(3, 1)
+        times.lostTrack()
+        #expect(times.needsRebuild)
+        times.rebuilt([(rowid: 9, usableUntil: 2), (rowid: 700, usableUntil: 3)])
+        #expect(!times.needsRebuild && times.count == 2 && Set(times.due(by: 2)) == [9])
+    }
+
     @Test("after a restart the rows the loader read are swept; the usable_until index is gone")
     func afterRestart() async throws {
         let dir = try TempDirectory()
