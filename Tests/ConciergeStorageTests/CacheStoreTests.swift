@@ -25,11 +25,6 @@ struct CacheStoreTests {
     }
 
     /// Every key in SQLite (through the listing, which reads the database).
-    private func storedKeys(_ store: CacheStore) async throws -> Set<String> {
-        let page = try await bounded("entries") { try await store.entries(pattern: nil, limit: 1000, cursor: nil) }
-        return Set(page.entries.map(\.key))
-    }
-
     // MARK: Persistence and reads
 
     @Test("an entry stored and flushed is found by a new CacheStore on the same file (survives a restart)")

@@ -9,11 +9,6 @@ import Testing
 struct ExpiryTimesTests {
     private static let base = "GET http://127.0.0.1:9/api"
 
-    private func storedKeys(_ store: CacheStore) async throws -> Set<String> {
-        let page = try await bounded("entries") { try await store.entries(pattern: nil, limit: 1000, cursor: nil) }
-        return Set(page.entries.map(\.key))
-    }
-
     private func rowid(of key: String, in fixture: StoreFixture) async throws -> Int64 {
         try #require(try await fixture.database.pool.read { db in
             try Int64.fetchOne(db, sql: "SELECT rowid FROM cache_entry WHERE key = ?", arguments: [key])

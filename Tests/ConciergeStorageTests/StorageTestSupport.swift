@@ -57,6 +57,12 @@ func bounded<T: Sendable>(_ what: String, seconds: Double = 20, _ operation: @es
     }
 }
 
+/// The keys of every stored entry (up to 1,000), as the admin listing reads them.
+func storedKeys(_ store: CacheStore) async throws -> Set<String> {
+    let page = try await bounded("entries") { try await store.entries(pattern: nil, limit: 1000, cursor: nil) }
+    return Set(page.entries.map(\.key))
+}
+
 /// A cache entry whose ``CacheEntry/size`` is exactly `size` bytes (no headers).
 func makeEntry(key: String, endpoint: String = "itemList", user: String? = nil, size: Int? = nil, bodyText: String? = nil,
                storedAt: Double = Date().timeIntervalSince1970, ttl: Double = 60, swr: Double = 0, sie: Double = 0,

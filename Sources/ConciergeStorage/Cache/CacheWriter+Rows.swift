@@ -123,6 +123,12 @@ extension CacheWriter {
             keys.append(key)
             deleted.append(KeyIndex.Row(rowid: row["rowid"], hash: KeyHash.of(key), size: row["size"]))
         }
+        return try forget(deleted, keys: keys, in: db)
+    }
+
+    /// Rows just deleted (`keys` theirs): their tags dropped, out of the expiry times and the
+    /// key index; how many of them were live entries.
+    private func forget(_ deleted: [KeyIndex.Row], keys: [String], in db: Database) throws -> Int {
         try dropTags(of: keys, in: db)
         expiry.withLock { expiry in for row in deleted { expiry.remove(row.rowid) } }
         return index.update { index in deleted.reduce(0) { n, row in index.deleted(row) ? n + 1 : n } }
@@ -284,7 +290,9 @@ extension CacheWriter {
         let check = try db.cachedStatement(sql: "SELECT usable_until FROM cache_entry WHERE rowid = ?")
         var deleted: [KeyIndex.Row] = []
         var keys: [String] = []
+        // Not due after all (SQLite's time stands), or no longer in the table.
         var later: [(rowid: Int64, usableUntil: Double)] = []
+        var gone: [Int64] = []
         for rowid in due {
             if let row = try Row.fetchOne(delete, arguments: [rowid, now]) {
                 let key: String = row["key"]
@@ -292,14 +300,15 @@ extension CacheWriter {
                 deleted.append(KeyIndex.Row(rowid: rowid, hash: KeyHash.of(key), size: row["size"]))
             } else if let usableUntil = try Double.fetchOne(check, arguments: [rowid]) {
                 later.append((rowid, usableUntil))
+            } else {
+                gone.append(rowid)
             }
         }
         expiry.withLock { expiry in
-            for rowid in due { expiry.remove(rowid) }
+            for rowid in gone { expiry.remove(rowid) }
             for row in later { expiry.set(row.rowid, row.usableUntil) }
         }
-        try dropTags(of: keys, in: db)
-        return index.update { index in deleted.reduce(0) { n, row in index.deleted(row) ? n + 1 : n } }
+        return try forget(deleted, keys: keys, in: db)
     }
 
     /// Deletes entries past all their windows and entries whose version is not the current
