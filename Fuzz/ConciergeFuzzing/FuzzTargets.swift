@@ -94,6 +94,14 @@ public enum FuzzTargets {
         let paramsPart = first.split(separator: " ")[1]
         guard !paramsPart.contains(where: { $0 == "\r" || $0 == "\n" }) else { preconditionFailure("raw CR/LF in a cache key") }
         if let q = target.firstIndex(of: "?") {
+            // The key read from the query as received equals the one from its parsed params.
+            let raw = target[target.index(after: q)...]
+            let excluding: Set<String> = ["timestamp", "a b", "x", "%", "é"]
+            let viaParams = CacheKey.make(method: "GET", upstreamBaseURL: "http://u", path: "/p", params: QueryString.parse(String(raw)),
+                                          excluding: excluding, userID: nil, version: 1)
+            let viaRaw = CacheKey.make(method: "GET", upstreamBaseURL: "http://u", path: "/p", rawQuery: raw,
+                                       excluding: ExcludedParams(excluding), userID: nil, version: 1)
+            guard viaParams == viaRaw else { preconditionFailure("the key read from the raw query differs from the parsed params' key") }
             let pieces = target[target.index(after: q)...].split(separator: "&", omittingEmptySubsequences: false)
             let reversed = String(target[...q]) + pieces.reversed().joined(separator: "&")
             guard key(reversed) == first else { preconditionFailure("cache key depends on the order of query params") }

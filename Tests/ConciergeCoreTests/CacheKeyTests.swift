@@ -7,10 +7,49 @@ struct CacheKeyTests {
     private let base = "https://api.example.com"
     private let volatile: Set<String> = ["timestamp", "signature", "_"]
 
+    /// The key from the parsed params, checked against the one read from the query's text.
     private func key(_ method: String = "GET", path: String = "/api/items", query: String, excluding: Set<String>? = nil,
                      user: String? = nil, version: Int = 1) -> String {
-        CacheKey.make(method: method, upstreamBaseURL: base, path: path, params: QueryString.parse(query),
-                      excluding: excluding ?? volatile, userID: user, version: version)
+        let parsed = CacheKey.make(method: method, upstreamBaseURL: base, path: path, params: QueryString.parse(query),
+                                   excluding: excluding ?? volatile, userID: user, version: version)
+        let raw = CacheKey.make(method: method, upstreamBaseURL: base, path: path, rawQuery: Substring(query),
+                                excluding: ExcludedParams(excluding ?? volatile), userID: user, version: version)
+        #expect(parsed == raw, "query \(query)")
+        return parsed
+    }
+
+    @Test("a query's key read from its text equals the parsed params' key: escapes, forms, empty pieces, exclusions, non-ASCII")
+    func rawQueryKey() {
+        let queries = [
+            "", "&", "&&a=1&&", "a", "a=", "=1", "=", "a=1&a=1", "b=2&a=1&a=0", "a=%7e&b=%7E&c=~", "%61=1", "a+b=c+d", "a%20b=1",
+            "x=%zz&y=%4", "x=%FF&y=%ff&z=%fe", "q=caf%C3%A9&r=café", "q=\u{4E2D}\u{6587}", "timestamp=1&a=2", "time%73tamp=1&a=2",
+            "a b=1&c=2", "a+b=1&a%2Bb=2", "%=1&%25=2", "é=1&%C3%A9=2&e=3", "x&x=&x=1", "a=b=c&a=b", "k=v%26w&k=v&w", "?=1&/=2&:=3",
+            // In order already (copied as written), with excluded and empty pieces between.
+            "a=1&b=2&c=3", "a=1&timestamp=5&z=2", "a&b=&c=1", "_=1&a=2", "a=1&&b=2&", "a+b=1&c=2", "a=b&a=b=c", "A=1&a=1&b=~",
+        ]
+        let exclusions: [Set<String>] = [[], volatile, ["a b", "x", "%", "é"], ["a+b", "a"]]
+        for query in queries {
+            for excluding in exclusions { _ = key(query: query, excluding: excluding) }
+        }
+        #expect(key(query: "time%73tamp=1&a%20b=2&c=3", excluding: ["timestamp", "a b"]) == "GET https://api.example.com/api/items?c=3 v=1")
+        #expect(key(query: "timestamp=1", excluding: ["timestamp"]) == "GET https://api.example.com/api/items v=1")
+        #expect(key(query: "a=1&timestamp=5&z&_=0", excluding: volatile) == "GET https://api.example.com/api/items?a=1&z= v=1")
+    }
+
+    @Test("a request's query is parsed when a step asks for it; the key of an unchanged one reads its text")
+    func queryParsedWhenAsked() {
+        var request = ProxyRequest(method: "GET", target: "/p?b=2&a=%31")
+        #expect(request.rawQuery == "b=2&a=%31")
+        #expect(request.query == [Param("b", "2"), Param("a", "1")])
+        #expect(request.target == "/p?b=2&a=%31")
+        request.setParam("a", "9", onlyIfAbsent: true)  // present: nothing changes
+        #expect(request.rawQuery == "b=2&a=%31" && request.target == "/p?b=2&a=%31")
+        request.setParam("c", "3")
+        #expect(request.rawQuery == nil)
+        #expect(request.query == [Param("b", "2"), Param("a", "1"), Param("c", "3")])
+        #expect(request.target == "/p?b=2&a=%31&c=3")
+        #expect(ProxyRequest(method: "GET", target: "/p").query.isEmpty)
+        #expect(ProxyRequest(method: "GET", path: "/p", query: [Param("x", "y")]).target == "/p?x=y")
     }
 
     @Test("the documented example: GET https://api.example.com/api/items?limit=10&offset=0 v=1")
@@ -137,6 +176,12 @@ struct CacheKeyTests {
 
 @Suite("QueryString")
 struct QueryStringTests {
+    @Test("URI bytes are the unreserved and reserved characters of RFC 3986, nothing else")
+    func uriBytes() {
+        let allowed = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~:/?#[]@!$&'()*+,;=".utf8)
+        for b in UInt8.min...UInt8.max { #expect(QueryString.isURIByte(b) == allowed.contains(b), "byte \(b)") }
+    }
+
     @Test("parse splits pairs and percent-decodes both sides")
     func parse() {
         #expect(QueryString.parse("a=1&b=x%20y") == [Param("a", "1"), Param("b", "x y")])

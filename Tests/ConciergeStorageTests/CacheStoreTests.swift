@@ -401,8 +401,8 @@ struct CacheStoreTests {
         #expect(store.entryCount < 300)
         #expect(store.entryCount > 0)
         #expect(try await storedKeys(store).count == store.entryCount)
-        // Evicted rows leave the sweep's expiry times too.
-        #expect(store.writer.expiry.withLock { $0.count } == store.entryCount)
+        // Evicted rows leave the row times too.
+        #expect(store.writer.facts.withLock { $0.count } == store.entryCount)
         #expect(try await bounded("lookup") { await store.lookup(Self.blobKey(299)) } != nil)
         #expect(try await bounded("lookup") { await store.lookup(Self.blobKey(0)) } == nil)
         try await fixture.finish()

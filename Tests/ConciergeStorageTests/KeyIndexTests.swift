@@ -306,3 +306,26 @@ struct SplitMix: RandomNumberGenerator {
     mutating func next(_ bound: Int) -> Int { Int(next() % UInt64(bound)) }
 }
 
+@Suite("Key hash")
+struct KeyHashTests {
+    @Test("the key hash tells keys apart: every length up to 40 bytes, one byte changed anywhere, 200,000 cache keys")
+    func keyHashSpreads() {
+        var seen = Set<UInt64>()
+        // Keys of each length, and each with one byte changed at each place.
+        for length in 0...40 {
+            let base = [UInt8](repeating: UInt8(ascii: "a"), count: length)
+            #expect(seen.insert(base.withUnsafeBytes { KeyHash.of($0) }).inserted, "length \(length)")
+            for place in 0..<length {
+                var changed = base
+                changed[place] = UInt8(ascii: "b")
+                #expect(seen.insert(changed.withUnsafeBytes { KeyHash.of($0) }).inserted, "length \(length), byte \(place)")
+            }
+        }
+        var collisions = 0
+        for n in 0..<200_000 where !seen.insert(KeyHash.of("GET http://127.0.0.1:8080/api/items?limit=1&n=\(n)&run=cg v=1")).inserted {
+            collisions += 1
+        }
+        #expect(collisions == 0)
+        #expect(KeyHash.of("abc") == "abc".utf8.withContiguousStorageIfAvailable { KeyHash.of(UnsafeRawBufferPointer($0)) })
+    }
+}

@@ -12,6 +12,8 @@ public final class RuntimeConfig: Sendable {
     public let envelope: EnvelopeReader
     /// Volatile names plus the injected-token names: never in a cache key.
     public let keyExclusions: Set<String>
+    /// ``keyExclusions`` as a key built from a query's text asks them.
+    public let excludedKeyParams: ExcludedParams
     public let tokenParamNames: Set<String>
     /// Which `Host` names the proxy and admin listeners answer.
     public let hostPolicy: HostPolicy
@@ -43,6 +45,7 @@ public final class RuntimeConfig: Sendable {
         }
         redactor = SecretRedactor(extraNames: masked)
         keyExclusions = config.cache.volatileParams.union(injector.paramNames)
+        excludedKeyParams = ExcludedParams(keyExclusions)
     }
 
     /// The signing settings that apply to an endpoint.

@@ -13,17 +13,35 @@ public enum CacheKey {
     ///   - excluding: volatile param names and the injected-token names.
     public static func make(method: String, upstreamBaseURL: String, path: String, params: [Param],
                             excluding: Set<String>, userID: String?, version: Int) -> String {
+        make(method: method, upstreamBaseURL: upstreamBaseURL, path: path, paramBytes: params.reduce(0) { $0 + $1.name.utf8.count + $1.value.utf8.count + 2 },
+             hasParams: !params.isEmpty, userID: userID, version: version) { key in
+            QueryString.writeKeyCanonical(params, excluding: excluding, into: &key)
+        }
+    }
+
+    /// ``make(method:upstreamBaseURL:path:params:excluding:userID:version:)`` with the params
+    /// of a query as received (and no others), read from its text.
+    public static func make(method: String, upstreamBaseURL: String, path: String, rawQuery: Substring,
+                            excluding: ExcludedParams, userID: String?, version: Int) -> String {
+        make(method: method, upstreamBaseURL: upstreamBaseURL, path: path, paramBytes: rawQuery.utf8.count,
+             hasParams: !rawQuery.isEmpty, userID: userID, version: version) { key in
+            QueryString.writeKeyCanonical(rawQuery: rawQuery, excluding: excluding, into: &key)
+        }
+    }
+
+    private static func make(method: String, upstreamBaseURL: String, path: String, paramBytes: Int, hasParams: Bool,
+                             userID: String?, version: Int, writeParams: (inout TextBuilder) -> Void) -> String {
         var key = TextBuilder(capacity: method.utf8.count + upstreamBaseURL.utf8.count + path.utf8.count + 16
-                              + params.reduce(0) { $0 + $1.name.utf8.count + $1.value.utf8.count + 2 } + (userID?.utf8.count ?? 0))
+                              + paramBytes + (userID?.utf8.count ?? 0))
         key.append(method)
-        key.append(" " as StaticString)
+        key.append(byte: UInt8(ascii: " "))
         key.append(upstreamBaseURL)
         key.append(path)
-        if !params.isEmpty {
-            key.append("?" as StaticString)
+        if hasParams {
+            key.append(byte: UInt8(ascii: "?"))
             let before = key.count
-            QueryString.writeKeyCanonical(params, excluding: excluding, into: &key)
-            // Every param excluded: no `?`.
+            writeParams(&key)
+            // Every param excluded (or none written): no `?`.
             if key.count == before { key.removeLast() }
         }
         if let userID {

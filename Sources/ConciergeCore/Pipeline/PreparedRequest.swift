@@ -177,12 +177,17 @@ public struct PreparedRequest: Sendable {
 
     private func makeCacheKey() -> String {
         let bodyParams = request.paramsGoInQuery ? [] : request.body.params
-        let params = bodyParams.isEmpty ? request.query : request.query + bodyParams
         // With HTTP caching a `HEAD` is answered from the stored `GET` (RFC 9110 §9.3.2).
         let method = endpoint.httpCaching && request.method == "HEAD" ? "GET" : request.method
+        let version = endpoint.cache.version ?? config.settings.cache.version
+        if bodyParams.isEmpty, let rawQuery = request.rawQuery {
+            // The query as received, unchanged by any step: its params read from its text.
+            return CacheKey.make(method: method, upstreamBaseURL: upstream.baseURL, path: request.path, rawQuery: rawQuery,
+                                 excluding: config.excludedKeyParams, userID: scope.userID, version: version)
+        }
+        let params = bodyParams.isEmpty ? request.query : request.query + bodyParams
         return CacheKey.make(method: method, upstreamBaseURL: upstream.baseURL, path: request.path, params: params,
-                             excluding: config.keyExclusions, userID: scope.userID,
-                             version: endpoint.cache.version ?? config.settings.cache.version)
+                             excluding: config.keyExclusions, userID: scope.userID, version: version)
     }
 
     /// The key a `GET` of `target` on this request's upstream, endpoint and scope is stored

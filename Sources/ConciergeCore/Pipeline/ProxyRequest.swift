@@ -138,8 +138,19 @@ public struct ProxyRequest: Sendable {
     public var path: String { didSet { pathAsReceived = false } }
     /// No step changed ``path``: with ``rawQuery``, the target is the received one as it was.
     private var pathAsReceived = true
-    /// The query's parameters; changing them drops ``rawQuery``.
-    public var query: [Param] { didSet { rawQuery = nil } }
+    /// The query's parameters, decoded (``QueryString/parse(_:)``); changing them drops
+    /// ``rawQuery``. While no step changed them they are read from ``rawQuery`` when asked
+    /// for: a request whose steps never look at its parameters (the cache key reads
+    /// ``rawQuery`` itself) parses nothing.
+    public var query: [Param] {
+        get { changedQuery ?? rawQuery.map { QueryString.parse(String($0)) } ?? [] }
+        set {
+            changedQuery = newValue
+            rawQuery = nil
+        }
+    }
+    /// The parameters once a step set them (or the memberwise initialiser gave them).
+    private var changedQuery: [Param]?
     /// The query exactly as received, while no step changed a parameter.
     public private(set) var rawQuery: Substring?
     public var headers: HTTPHeaders
@@ -148,19 +159,23 @@ public struct ProxyRequest: Sendable {
     public init(method: String, path: String, query: [Param] = [], headers: HTTPHeaders = HTTPHeaders(), body: RequestBody = .empty) {
         self.method = method
         self.path = path
-        self.query = query
+        self.changedQuery = query
         self.headers = headers
         self.body = body
     }
 
-    /// Splits a request target (`/api/items?limit=10`) into path and decoded query.
+    /// Splits a request target (`/api/items?limit=10`) into path and query (decoded when asked for).
     public init(method: String, target: String, headers: HTTPHeaders = HTTPHeaders(), body: RequestBody = .empty) {
-        if let q = target.utf8.firstIndex(of: UInt8(ascii: "?")) {
-            let raw = target[target.utf8.index(after: q)...]
-            self.init(method: method, path: String(target[..<q]), query: QueryString.parse(String(raw)), headers: headers, body: body)
-            rawQuery = raw
+        (self.method, self.headers, self.body) = (method, headers, body)
+        // The `?` found in the target's contiguous bytes (the listener's strings are native).
+        let mark = target.utf8.withContiguousStorageIfAvailable { $0.firstIndex(of: UInt8(ascii: "?")) }
+            ?? target.utf8.firstIndex(of: UInt8(ascii: "?")).map { target.utf8.distance(from: target.utf8.startIndex, to: $0) }
+        if let mark {
+            let q = target.utf8.index(target.utf8.startIndex, offsetBy: mark)
+            path = String(target[..<q])
+            rawQuery = target[target.utf8.index(after: q)...]
         } else {
-            self.init(method: method, path: target, headers: headers, body: body)
+            path = target
         }
     }
 

@@ -103,17 +103,13 @@ public enum QueryString {
         return String(decoding: out, as: UTF8.self)
     }
 
-    /// Unreserved or reserved (RFC 3986 §2.2–2.3): what a URI may hold as it is.
+    /// Unreserved or reserved (RFC 3986 §2.2–2.3): what a URI may hold as it is. One bit a
+    /// byte below 0x80, in two constant masks (bytes 0–63, 64–127: a test per byte of every
+    /// cache key's query, where a switch cost several comparisons); `QueryStringTests` checks
+    /// them against the two sets.
+    @inline(__always)
     static func isURIByte(_ b: UInt8) -> Bool {
-        if isUnreserved(b) { return true }
-        switch b {
-        case UInt8(ascii: ":"), UInt8(ascii: "/"), UInt8(ascii: "?"), UInt8(ascii: "#"), UInt8(ascii: "["), UInt8(ascii: "]"),
-             UInt8(ascii: "@"), UInt8(ascii: "!"), UInt8(ascii: "$"), UInt8(ascii: "&"), UInt8(ascii: "'"), UInt8(ascii: "("),
-             UInt8(ascii: ")"), UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: ","), UInt8(ascii: ";"), UInt8(ascii: "="):
-            return true
-        default:
-            return false
-        }
+        b < 0x80 && (b < 0x40 ? 0xAFFF_FFDA_0000_0000 as UInt64 : 0x47FF_FFFE_AFFF_FFFF as UInt64) >> UInt64(b & 0x3F) & 1 != 0
     }
 
     @inline(__always)
@@ -153,45 +149,160 @@ public enum QueryString {
     /// order is byte order. No string per name and value, no filtered copy of the list, and a
     /// name is hashed against `excluding` only when some excluded name has its length.
     static func writeKeyCanonical(_ params: [Param], excluding: Set<String> = [], into out: inout TextBuilder) {
+        var pairs = KeyPairs(excluding: ExcludedParams(excluding), scratch: params.reduce(0) {
+            $0 + ($1.wire?.utf8.count ?? 3 * ($1.name.utf8.count + $1.value.utf8.count)) + 8
+        }, pairs: params.count)
+        for param in params where !pairs.excludes(param.name) {
+            if let wire = param.wire {
+                wire.utf8.withContiguousStorageIfAvailable { pairs.add(wire: $0) }
+                    ?? Array(wire.utf8).withUnsafeBufferPointer { pairs.add(wire: $0) }
+            } else {
+                pairs.add(name: param.name, value: param.value)
+            }
+        }
+        pairs.write(into: &out)
+    }
+
+    /// ``writeKeyCanonical(_:excluding:into:)`` of the pairs ``parse(_:)`` reads from
+    /// `rawQuery`, read from its bytes: no parameter list, no string per name and value.
+    /// Pairs that normalisation leaves as they are (URI bytes only, no `%`) are ordered and
+    /// written from the text itself (``writeUnchanged(_:excluding:into:)``).
+    static func writeKeyCanonical(rawQuery: Substring, excluding: ExcludedParams, into out: inout TextBuilder) {
+        var raw = rawQuery
+        raw.withUTF8 { bytes in
+            if writeUnchanged(bytes, excluding: excluding, into: &out) { return }
+            var pieces = 1
+            for byte in bytes where byte == UInt8(ascii: "&") { pieces += 1 }
+            var pairs = KeyPairs(excluding: excluding, scratch: bytes.count + 8 * pieces, pairs: pieces)
+            forEachPair(bytes) { start, equals, end in
+                let pair = UnsafeBufferPointer(rebasing: bytes[start..<end])
+                if !excluding.excludes(written: UnsafeBufferPointer(rebasing: bytes[start..<equals])) { pairs.add(wire: pair) }
+            }
+            pairs.write(into: &out)
+        }
+    }
+
+    /// Each non-empty `&`-separated piece of a query as written, as ``parse(_:)`` splits it:
+    /// where it starts, where its first `=` is (or its end, for none) and where it ends.
+    private static func forEachPair(_ bytes: UnsafeBufferPointer<UInt8>, _ body: (_ start: Int, _ equals: Int, _ end: Int) -> Void) {
+        var start = 0
+        while start < bytes.count {
+            var end = start
+            var eq: Int?
+            while end < bytes.count, bytes[end] != UInt8(ascii: "&") {
+                if eq == nil, bytes[end] == UInt8(ascii: "=") { eq = end }
+                end += 1
+            }
+            if end > start { body(start, eq ?? end, end) }
+            start = end + 1
+        }
+    }
+
+    /// The most pairs ``writeUnchanged(_:excluding:into:)`` orders on the stack.
+    private static let unchangedPairsLimit = 32
+
+    /// Writes the kept pairs of `bytes` in canonical order straight from the text, when every
+    /// byte is one normalisation leaves as it is (URI bytes, no `%`) and there are at most
+    /// ``unchangedPairsLimit`` pairs: their places kept on the stack, ordered by insertion (a
+    /// query has a few pairs, often in order already). `false`, with nothing written, otherwise.
+    private static func writeUnchanged(_ bytes: UnsafeBufferPointer<UInt8>, excluding: ExcludedParams, into out: inout TextBuilder) -> Bool {
+        var pieces = 1
+        for byte in bytes {
+            if byte == UInt8(ascii: "&") {
+                pieces += 1
+            } else if byte == UInt8(ascii: "%") || !isURIByte(byte) {
+                return false
+            }
+        }
+        guard pieces <= unchangedPairsLimit else { return false }
+        /// A pair's place in `bytes`: the name is `start..<equals`, the value after the `=` up to `end`.
+        struct Place {
+            var start: Int
+            var equals: Int
+            var end: Int
+        }
+        return withUnsafeTemporaryAllocation(of: Place.self, capacity: pieces) { places -> Bool in
+            func name(_ p: Place) -> UnsafeBufferPointer<UInt8> { UnsafeBufferPointer(rebasing: bytes[p.start..<p.equals]) }
+            func value(_ p: Place) -> UnsafeBufferPointer<UInt8> { UnsafeBufferPointer(rebasing: bytes[min(p.equals + 1, p.end)..<p.end]) }
+            func before(_ a: Place, _ b: Place) -> Bool {
+                let names = order(name(a), name(b))
+                return names != 0 ? names < 0 : order(value(a), value(b)) < 0
+            }
+            var count = 0
+            forEachPair(bytes) { start, equals, end in
+                let place = Place(start: start, equals: equals, end: end)
+                guard !excluding.excludes(written: name(place)) else { return }
+                // Insertion: later pairs move up past the new one.
+                var i = count
+                while i > 0, before(place, places[i - 1]) {
+                    places[i] = places[i - 1]
+                    i -= 1
+                }
+                places[i] = place
+                count += 1
+            }
+            for i in 0..<count {
+                if i > 0 { out.append(byte: UInt8(ascii: "&")) }
+                out.append(name(places[i]))
+                out.append(byte: UInt8(ascii: "="))
+                out.append(value(places[i]))
+            }
+            return true
+        }
+    }
+
+    /// The kept pairs of a key's parameter string, normalised into one scratch buffer, then
+    /// written in byte order.
+    private struct KeyPairs {
         /// A pair's place in the scratch bytes: the name is `start..<equals`, the value `equals..<end`.
         struct Span {
             var start: Int
             var equals: Int
             var end: Int
         }
-        var excludedLengths: UInt64 = 0
-        for name in excluding { excludedLengths |= 1 << UInt64(min(name.utf8.count, 63)) }
+
+        let excluding: ExcludedParams
         var scratch: [UInt8] = []
-        scratch.reserveCapacity(params.reduce(0) { $0 + ($1.wire?.utf8.count ?? 3 * ($1.name.utf8.count + $1.value.utf8.count)) + 8 })
         var spans: [Span] = []
-        spans.reserveCapacity(params.count)
-        for param in params {
-            if excludedLengths & 1 << UInt64(min(param.name.utf8.count, 63)) != 0, excluding.contains(param.name) { continue }
+
+        init(excluding: ExcludedParams, scratch capacity: Int, pairs: Int) {
+            self.excluding = excluding
+            scratch.reserveCapacity(capacity)
+            spans.reserveCapacity(pairs)
+        }
+
+        func excludes(_ name: String) -> Bool { excluding.excludes(name) }
+
+        mutating func add(wire: UnsafeBufferPointer<UInt8>) {
             let start = scratch.count
-            let equals: Int
-            if let wire = param.wire {
-                equals = wire.utf8.withContiguousStorageIfAvailable { appendNormalizedPair($0, to: &scratch) }
-                    ?? Array(wire.utf8).withUnsafeBufferPointer { appendNormalizedPair($0, to: &scratch) }
-            } else {
-                appendPercentEncoded(param.name, to: &scratch)
-                equals = scratch.count
-                appendPercentEncoded(param.value, to: &scratch)
-            }
+            let equals = appendNormalizedPair(wire, to: &scratch)
             spans.append(Span(start: start, equals: equals, end: scratch.count))
         }
-        scratch.withUnsafeBufferPointer { bytes in
-            func piece(_ range: Range<Int>) -> UnsafeBufferPointer<UInt8> { UnsafeBufferPointer(rebasing: bytes[range]) }
-            if spans.count > 1 {
-                spans.sort { a, b in
-                    let names = order(piece(a.start..<a.equals), piece(b.start..<b.equals))
-                    return names != 0 ? names < 0 : order(piece(a.equals..<a.end), piece(b.equals..<b.end)) < 0
+
+        mutating func add(name: String, value: String) {
+            let start = scratch.count
+            appendPercentEncoded(name, to: &scratch)
+            let equals = scratch.count
+            appendPercentEncoded(value, to: &scratch)
+            spans.append(Span(start: start, equals: equals, end: scratch.count))
+        }
+
+        mutating func write(into out: inout TextBuilder) {
+            var spans = self.spans
+            scratch.withUnsafeBufferPointer { bytes in
+                func piece(_ range: Range<Int>) -> UnsafeBufferPointer<UInt8> { UnsafeBufferPointer(rebasing: bytes[range]) }
+                if spans.count > 1 {
+                    spans.sort { a, b in
+                        let names = order(piece(a.start..<a.equals), piece(b.start..<b.equals))
+                        return names != 0 ? names < 0 : order(piece(a.equals..<a.end), piece(b.equals..<b.end)) < 0
+                    }
                 }
-            }
-            for (index, span) in spans.enumerated() {
-                if index > 0 { out.append("&" as StaticString) }
-                out.append(piece(span.start..<span.equals))
-                out.append("=" as StaticString)
-                out.append(piece(span.equals..<span.end))
+                for (index, span) in spans.enumerated() {
+                    if index > 0 { out.append("&" as StaticString) }
+                    out.append(piece(span.start..<span.equals))
+                    out.append("=" as StaticString)
+                    out.append(piece(span.equals..<span.end))
+                }
             }
         }
     }
@@ -268,5 +379,37 @@ public enum QueryString {
             out.append(pair.1)
         }
         return out.text
+    }
+}
+
+/// The parameter names a cache key leaves out (volatile ones, injected tokens), with the
+/// lengths they have: a name is hashed against the set only when some excluded name has its
+/// length. Made once a configuration.
+public struct ExcludedParams: Sendable {
+    public let names: Set<String>
+    /// Bit `n` set: some excluded name is `n` bytes long (63: 63 or more).
+    private let lengths: UInt64
+    /// The names' UTF-8 bytes, compared with a name as written without making a string of it.
+    private let written: [[UInt8]]
+
+    public init(_ names: Set<String>) {
+        var lengths: UInt64 = 0
+        for name in names { lengths |= 1 << UInt64(min(name.utf8.count, 63)) }
+        (self.names, self.lengths, written) = (names, lengths, names.map { Array($0.utf8) })
+    }
+
+    /// Whether a decoded name is excluded.
+    func excludes(_ name: String) -> Bool {
+        lengths & 1 << UInt64(min(name.utf8.count, 63)) != 0 && names.contains(name)
+    }
+
+    /// Whether a name as written is excluded once decoded (``QueryString/decode(_:)``).
+    func excludes(written name: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard lengths != 0 else { return false }
+        guard name.contains(where: { $0 == UInt8(ascii: "%") || $0 == UInt8(ascii: "+") }) else {
+            // Decoding changes nothing: the length is the decoded one.
+            return lengths & 1 << UInt64(min(name.count, 63)) != 0 && written.contains { $0.elementsEqual(name) }
+        }
+        return excludes(QueryString.decode(String(decoding: name, as: UTF8.self)))
     }
 }

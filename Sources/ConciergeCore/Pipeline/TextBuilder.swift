@@ -16,6 +16,11 @@ struct TextBuilder {
         text.withUTF8Buffer { bytes.append(contentsOf: $0) }
     }
 
+    /// One ASCII byte (a separator: cheaper than a one-byte `StaticString`).
+    mutating func append(byte: UInt8) {
+        bytes.append(byte)
+    }
+
     var count: Int { bytes.count }
 
     mutating func removeLast() {

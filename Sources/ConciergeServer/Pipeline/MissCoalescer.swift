@@ -35,9 +35,11 @@ final class MissCoalescer<Result: Sendable>: Sendable {
     /// Leads `key` without waiting; `false` when another request is fetching it.
     func lead(_ key: String) -> Bool {
         waiters.withLock { map -> Bool in
-            guard map[key] == nil else { return false }
-            map[key] = []
-            return true
+            // One hash of the key in the usual case: put an empty list, and put back the one
+            // it replaced if another request leads already.
+            guard let led = map.updateValue([], forKey: key) else { return true }
+            map[key] = led
+            return false
         }
     }
 

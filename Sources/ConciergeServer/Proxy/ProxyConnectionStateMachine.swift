@@ -61,6 +61,14 @@ struct ProxyConnectionStateMachine {
         var head: HTTPRequestHead
         /// When the head arrived, for the request log's total time.
         var started: ContinuousClock.Instant
+        /// The head's `isKeepAlive`, read once: NIO looks the `Connection` field up each time
+        /// it is asked, and a request asks three times.
+        let keepAlive: Bool
+
+        init(id: Int, head: HTTPRequestHead, started: ContinuousClock.Instant) {
+            (self.id, self.head, self.started) = (id, head, started)
+            keepAlive = head.isKeepAlive
+        }
     }
 
     /// How a dispatched request's body reaches its work.
@@ -268,7 +276,7 @@ struct ProxyConnectionStateMachine {
         switch state {
         case .buffering(let request, let body, _, let answerLocally):
             guard !answerLocally else {
-                let keepAlive = request.head.isKeepAlive
+                let keepAlive = request.keepAlive
                 served += 1
                 state = keepAlive ? .waitingForHead(since: now) : .closed
                 return .respondLocally(Self.allowedMethods, head: request.head, close: !keepAlive)

@@ -212,7 +212,7 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         case .buffered(let buffer):
             incoming.body = .buffered(buffer)
             var prepared: ProxyPipeline.Preparation? = nil
-            let takesBytes = encoderContext != nil && head.method == .GET && head.version == .http1_1 && head.isKeepAlive
+            let takesBytes = encoderContext != nil && head.method == .GET && head.version == .http1_1 && request.keepAlive
             switch responder.fastPath(incoming, encoded: takesBytes) {
             case .answer(let answer):
                 replySynchronously(answer, to: request, incoming, context: context)
@@ -260,7 +260,7 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     private func replySynchronously(_ answer: ProxyAnswer, to request: ProxyConnectionStateMachine.Request, _ incoming: IncomingRequest,
                                      keepAlive: Bool? = nil, context: ChannelHandlerContext) {
-        let keepAlive = keepAlive ?? request.head.isKeepAlive
+        let keepAlive = keepAlive ?? request.keepAlive
         // Before the write, as a reply's end may deliver the next pipelined request right away.
         let next = machine.replyFinished(request: request.id, keepAlive: keepAlive, now: context.eventLoop.now)
         write(answer.reply, version: request.head.version, isHead: request.head.method == .HEAD, keepAlive: keepAlive, context: context)
@@ -381,7 +381,7 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
         let responder = self.responder
         let (id, version, started) = (request.id, request.head.version, request.started)
-        let (isHead, requestKeepAlive) = (request.head.method == .HEAD, request.head.isKeepAlive)
+        let (isHead, requestKeepAlive) = (request.head.method == .HEAD, request.keepAlive)
         if executor == nil { executor = EventLoopTaskExecutor(context.eventLoop) }
         return RequestWork(executor: executor) {
             await withTaskCancellationHandler {

@@ -17,7 +17,11 @@ extension CacheWriter {
     /// One writer pass spends at most this long evicting, then lets queued writes in.
     static var evictionPassTime: Duration { .milliseconds(400) }
 
-    var needsEviction: Bool { index.totals.bytes > evictionHighWater || database.fileBytes > maxBytes }
+    /// Not while the key index loads: the rows it has not read have no access time yet (the
+    /// loader evicts once it is done).
+    var needsEviction: Bool {
+        !index.isLoading && (index.totals.bytes > evictionHighWater || database.fileBytes > maxBytes)
+    }
 
     /// Evicts least recently used entries in bounded slices until the cached bytes are under
     /// the low-water mark and the file with its WAL under `maxBytes`. A pass stops after
@@ -41,13 +45,13 @@ extension CacheWriter {
                     finished = true
                     break
                 }
-                let n = rowsExcess > 0 ? try evictSlice(upTo: min(rowsExcess, Self.evictionSliceBytes)) : 0
+                let (n, dropped) = rowsExcess > 0 ? try evictSlice(upTo: min(rowsExcess, Self.evictionSliceBytes)) : (0, 0)
                 removedEntries += n
                 try database.pool.writeWithoutTransaction { db in
                     try db.execute(sql: "PRAGMA incremental_vacuum(\(Self.vacuumSlicePages))")
                     _ = try? db.checkpoint(.truncate)
                 }
-                if n == 0 && rowsExcess > 0 && freePages == 0 {
+                if n == 0 && dropped == 0 && rowsExcess > 0 && freePages == 0 {
                     finished = true  // nothing left to evict
                     break
                 }
@@ -63,30 +67,39 @@ extension CacheWriter {
         if !finished && !isStopping { enqueueWake() }
     }
 
-    /// Deletes least recently used rows worth about `bytes` in one transaction; how many went.
-    private func evictSlice(upTo bytes: Int) throws -> Int {
-        let evicted = try database.pool.write { db -> [(key: String, row: KeyIndex.Row)] in
+    /// Deletes least recently used rows worth about `bytes` in one transaction: how many went,
+    /// and how many times were dropped for rows no longer in the table. The order is the
+    /// writer's (``RowFacts/oldest(_:)``, one pass over the rows' access times).
+    private func evictSlice(upTo bytes: Int) throws -> (evicted: Int, dropped: Int) {
+        let (evicted, gone) = try database.pool.write { db -> ([(key: String, row: KeyIndex.Row)], [Int64]) in
+            try self.rebuildFactsIfNeeded(db)
             var evicted: [(key: String, row: KeyIndex.Row)] = []
+            var gone: [Int64] = []
             var removedBytes = 0
-            let select = try db.cachedStatement(sql: "SELECT rowid, key, size FROM cache_entry ORDER BY last_access LIMIT ?")
-            let delete = try db.cachedStatement(sql: "DELETE FROM cache_entry WHERE rowid = ?")
-            for row in try Row.fetchAll(select, arguments: [Self.evictionSliceRows]) where removedBytes < bytes {
+            let delete = try db.cachedStatement(sql: "DELETE FROM cache_entry WHERE rowid = ? RETURNING key, size")
+            for rowid in self.facts.withLock({ $0.oldest(Self.evictionSliceRows) }) where removedBytes < bytes {
+                guard let row = try Row.fetchOne(delete, arguments: [rowid]) else {
+                    gone.append(rowid)
+                    continue
+                }
                 let key: String = row["key"]
-                let evictedRow = KeyIndex.Row(rowid: row["rowid"], hash: KeyHash.of(key), size: row["size"])
-                try delete.execute(arguments: [evictedRow.rowid])
+                let evictedRow = KeyIndex.Row(rowid: rowid, hash: KeyHash.of(key), size: row["size"])
                 evicted.append((key, evictedRow))
                 removedBytes += evictedRow.size
             }
             try self.dropTags(of: evicted.map(\.key), in: db)
-            return evicted
+            return (evicted, gone)
         }
         index.update { index in
             index.beginBatch()
             for (_, row) in evicted { index.deleted(row) }
             index.commitBatch()
         }
-        expiry.withLock { expiry in for (_, row) in evicted { expiry.remove(row.rowid) } }
+        facts.withLock { facts in
+            for (_, row) in evicted { facts.remove(row.rowid) }
+            for rowid in gone { facts.remove(rowid) }
+        }
         for (key, _) in evicted { reader.hot.remove(key) }
-        return evicted.count
+        return (evicted.count, gone.count)
     }
 }

@@ -26,14 +26,19 @@ extension CacheWriter {
             }
         }
         try Self.upsert(entry, lastAccess: now, with: upsert, in: db)
-        let rowid = old?.rowid ?? db.lastInsertedRowID
+        // SQLite's own call: GRDB's `lastInsertedRowID` checks the dispatch queue first (a
+        // `DispatchQueue.getSpecific`, about 200 instructions an entry).
+        let rowid = old?.rowid ?? sqlite3_last_insert_rowid(db.sqliteConnection)
         if !entry.tags.isEmpty {
             try db.cachedStatement(sql: "DELETE FROM cache_tag WHERE key = ?").execute(arguments: [entry.key])
             let tag = try db.cachedStatement(sql: "INSERT OR IGNORE INTO cache_tag (tag, key) VALUES (?, ?)")
             for name in entry.tags { try tag.execute(arguments: [name, entry.key]) }
         }
         index.update { $0.stored(rowid: rowid, size: entry.size, replacing: old) }
-        expiry.withLock { $0.set(rowid, entry.usableUntil) }
+        facts.withLock {
+            $0.set(rowid, usableUntil: entry.usableUntil, lastAccess: now, endpoint: entry.endpoint, version: entry.version,
+                   userID: entry.userID)
+        }
     }
 
     /// Runs the cached upsert for one entry through SQLite's C API: its 14 values bound
@@ -126,11 +131,11 @@ extension CacheWriter {
         return try forget(deleted, keys: keys, in: db)
     }
 
-    /// Rows just deleted (`keys` theirs): their tags dropped, out of the expiry times and the
-    /// key index; how many of them were live entries.
+    /// Rows just deleted (`keys` theirs): their tags dropped, out of the row facts and the key
+    /// index; how many of them were live entries.
     private func forget(_ deleted: [KeyIndex.Row], keys: [String], in db: Database) throws -> Int {
         try dropTags(of: keys, in: db)
-        expiry.withLock { expiry in for row in deleted { expiry.remove(row.rowid) } }
+        facts.withLock { facts in for row in deleted { facts.remove(row.rowid) } }
         return index.update { index in deleted.reduce(0) { n, row in index.deleted(row) ? n + 1 : n } }
     }
 
@@ -143,14 +148,20 @@ extension CacheWriter {
             // (the whole table goes without visiting rows), less the rows invalidated already.
             let rowsDeleted = db.changesCount
             try db.execute(sql: "DELETE FROM cache_tag")
-            expiry.withLock { $0.removeAll() }
+            facts.withLock { $0.removeAll() }
             return index.update { index in
                 defer { index.deletedAll() }
                 return index.isLoading ? max(0, rowsDeleted - index.unservableRows) : before
             }
         case .user, .endpoints:
-            guard let selection = Self.selection(criteria) else { return 0 }
-            return try deleteRows(db, where: selection.sql, selection.arguments)
+            try rebuildFactsIfNeeded(db)
+            var n = try deleteRows(facts.withLock { $0.rows(of: criteria) }, in: db)
+            // Rows the key index's loader has not read yet have no facts: SQL selects those.
+            if let unread = index.unreadRows, let selection = Self.selection(criteria) {
+                n += try deleteRows(db, where: "rowid > ? AND rowid <= ? AND (\(selection.sql))",
+                                    [unread.through, unread.ceiling] + selection.arguments)
+            }
+            return n
         case .pattern, .tags, .soft:
             // Matched off the writer (a scan, the tag index), then deleted as
             // ``Work/deleteMatched(_:_:)``; a soft purge is ``Work/markStale(_:_:_:)``.
@@ -158,8 +169,23 @@ extension CacheWriter {
         }
     }
 
-    /// The rows a user's or endpoints' criteria select, as a condition (deletes and soft purges
-    /// share it); `nil` for the kinds selected otherwise.
+    /// Deletes rows by rowid (those still in the table); how many live entries went.
+    func deleteRows(_ rowids: [Int64], in db: Database) throws -> Int {
+        guard !rowids.isEmpty else { return 0 }
+        let delete = try db.cachedStatement(sql: "DELETE FROM cache_entry WHERE rowid = ? RETURNING key, size")
+        var deleted: [KeyIndex.Row] = []
+        var keys: [String] = []
+        for rowid in rowids {
+            guard let row = try Row.fetchOne(delete, arguments: [rowid]) else { continue }
+            let key: String = row["key"]
+            keys.append(key)
+            deleted.append(KeyIndex.Row(rowid: rowid, hash: KeyHash.of(key), size: row["size"]))
+        }
+        return try forget(deleted, keys: keys, in: db)
+    }
+
+    /// The rows a user's or endpoints' criteria select, as a condition (for the rows the key
+    /// index's loader has not read yet); `nil` for the kinds selected otherwise.
     static func selection(_ criteria: InvalidationCriteria) -> (sql: String, arguments: StatementArguments)? {
         switch criteria {
         case .user(let user):
@@ -194,31 +220,39 @@ extension CacheWriter {
     /// unchanged); a reader takes them, marked, from SQLite.
     func markStale(_ rows: [KeyIndex.Row]?, _ criteria: InvalidationCriteria, in db: Database, now: Double) throws -> Int {
         let set = "SET ttl = ?1 - stored_at, usable_until = ?1 + MAX(swr, sie)"
-        // Each marked row's new `usable_until` goes to the expiry times.
+        // Each marked row's new `usable_until` goes to the row facts.
         var marked: [(rowid: Int64, usableUntil: Double)] = []
-        if let rows {
-            let mark = try db.cachedStatement(sql: "UPDATE cache_entry \(set) WHERE rowid = ?2 AND stored_at + ttl > ?1 RETURNING usable_until")
-            for row in rows where !index.isDoomed(row.rowid) {
-                if let usableUntil = try Double.fetchOne(mark, arguments: [now, row.rowid]) { marked.append((row.rowid, usableUntil)) }
-            }
-        } else {
-            let update: String
-            var arguments: StatementArguments = [now]
+        // Rows found by a scan or the tag index come as `rows`; a user's or endpoints' rows
+        // are the facts' (and, while the key index loads, SQL's over the rows it has not read).
+        var rowids = rows.map { $0.map(\.rowid) } ?? []
+        var update: (sql: String, arguments: StatementArguments)?
+        if rows == nil {
             switch criteria {
             case .all:
-                update = "UPDATE cache_entry \(set) WHERE stored_at + ttl > ?1"
+                update = ("UPDATE cache_entry \(set) WHERE stored_at + ttl > ?1", [now])
             case .user, .endpoints:
-                guard let selection = Self.selection(criteria) else { return 0 }
-                arguments += selection.arguments
-                // The selection's own `?` take the numbers after ?1.
-                update = "UPDATE cache_entry \(set) WHERE stored_at + ttl > ?1 AND (\(selection.sql))"
+                try rebuildFactsIfNeeded(db)
+                rowids = facts.withLock { $0.rows(of: criteria) }
+                if let unread = index.unreadRows, let selection = Self.selection(criteria) {
+                    // The selection's own `?` take the numbers after ?3.
+                    update = ("UPDATE cache_entry \(set) WHERE stored_at + ttl > ?1 AND rowid > ?2 AND rowid <= ?3 AND (\(selection.sql))",
+                              [now, unread.through, unread.ceiling] + selection.arguments)
+                }
             case .pattern, .tags, .soft:
-                return 0  // rows found by a scan or the tag index come as `rows`
+                return 0
             }
-            let changed = try Row.fetchCursor(db, sql: update + " RETURNING rowid, usable_until", arguments: arguments)
+        }
+        if !rowids.isEmpty {
+            let mark = try db.cachedStatement(sql: "UPDATE cache_entry \(set) WHERE rowid = ?2 AND stored_at + ttl > ?1 RETURNING usable_until")
+            for rowid in rowids where !index.isDoomed(rowid) {
+                if let usableUntil = try Double.fetchOne(mark, arguments: [now, rowid]) { marked.append((rowid, usableUntil)) }
+            }
+        }
+        if let update {
+            let changed = try Row.fetchCursor(db, sql: update.sql + " RETURNING rowid, usable_until", arguments: update.arguments)
             while let row = try changed.next() { marked.append((row[0], row[1])) }
         }
-        expiry.withLock { expiry in for row in marked { expiry.set(row.rowid, row.usableUntil) } }
+        facts.withLock { facts in for row in marked { facts.setUsableUntil(row.rowid, row.usableUntil) } }
         return marked.count
     }
 
@@ -250,7 +284,7 @@ extension CacheWriter {
             for row in matched { try delete.execute(arguments: [row.rowid]) }
             try dropTags(of: keys, in: db)
             index.update { index in for row in matched { index.deleted(row) } }
-            expiry.withLock { expiry in for row in matched { expiry.remove(row.rowid) } }
+            facts.withLock { facts in for row in matched { facts.remove(row.rowid) } }
         } else {
             let token = index.update { $0.doom(matched) }
             followUp(.deleteDoomed(DoomedRows(rowids: matched.map(\.rowid), token: token, storedUpTo: now)))
@@ -271,20 +305,17 @@ extension CacheWriter {
             }
         }
         try dropTags(of: keys, in: db)
-        expiry.withLock { expiry in for rowid in deleted { expiry.remove(rowid) } }
+        facts.withLock { facts in for rowid in deleted { facts.remove(rowid) } }
         index.update { $0.deletedDoomed(slice, token: rows.token) }
     }
 
-    /// Deletes the rows past all their windows that ``ExpiryTimes`` holds (all but those the key
+    /// Deletes the rows past all their windows that ``RowFacts`` holds (all but those the key
     /// index's loader has not read yet, at start-up), each only if SQLite's own `usable_until`
     /// says so; a time found stale is replaced by SQLite's. The times are read again first when
     /// a rolled-back batch left them unsure.
     func deleteExpired(_ db: Database, now: Double) throws -> Int {
-        if expiry.withLock({ $0.needsRebuild }) {
-            let (_, times) = try Self.allRows(db)
-            expiry.withLock { $0.rebuilt(times) }
-        }
-        let due = expiry.withLock { $0.due(by: now) }
+        try rebuildFactsIfNeeded(db)
+        let due = facts.withLock { $0.due(by: now) }
         guard !due.isEmpty else { return 0 }
         let delete = try db.cachedStatement(sql: "DELETE FROM cache_entry WHERE rowid = ? AND usable_until <= ? RETURNING key, size")
         let check = try db.cachedStatement(sql: "SELECT usable_until FROM cache_entry WHERE rowid = ?")
@@ -304,25 +335,18 @@ extension CacheWriter {
                 gone.append(rowid)
             }
         }
-        expiry.withLock { expiry in
-            for rowid in gone { expiry.remove(rowid) }
-            for row in later { expiry.set(row.rowid, row.usableUntil) }
+        facts.withLock { facts in
+            for rowid in gone { facts.remove(rowid) }
+            for row in later { facts.setUsableUntil(row.rowid, row.usableUntil) }
         }
         return try forget(deleted, keys: keys, in: db)
     }
 
     /// Deletes entries past all their windows and entries whose version is not the current
-    /// one for their endpoint (endpoints not in `versions` are gone from the config).
+    /// one for their endpoint (endpoints not in `versions` are gone from the config). Rows the
+    /// key index's loader has not read yet are swept once read, by a later sweep.
     func sweep(_ db: Database, versions: [String: Int], now: Double) throws -> Int {
-        var n = try deleteExpired(db, now: now)
-        for (endpoint, version) in versions {
-            n += try deleteRows(db, where: "endpoint = ? AND version != ?", [endpoint, version])
-        }
-        let names = Array(versions.keys)
-        if !names.isEmpty {
-            let marks = Array(repeating: "?", count: names.count).joined(separator: ",")
-            n += try deleteRows(db, where: "endpoint NOT IN (\(marks))", StatementArguments(names))
-        }
-        return n
+        let n = try deleteExpired(db, now: now)
+        return try n + deleteRows(facts.withLock { $0.outdated(versions) }, in: db)
     }
 }

@@ -58,9 +58,11 @@ final class CacheWriter: Sendable {
     private let followUps = Mutex<[Work]>([])
     /// Callers of ``indexLoaded()`` while the index loads; `nil` once it is loaded (or the writer stopped).
     private let loadWaiters: Mutex<[CheckedContinuation<Void, Never>]?>
-    /// Each row's `usable_until`, for the sweep. Only the writer's thread uses it; the lock is
-    /// uncontended and makes the class `Sendable`.
-    let expiry = Mutex(ExpiryTimes())
+    /// Each row's times, endpoint, version and user, for the sweep, eviction and invalidation.
+    /// Only the writer's thread uses it; the lock is uncontended and makes the class `Sendable`.
+    let facts = Mutex(RowFacts())
+    /// ``batchStatements(_:)``, once prepared.
+    private let preparedStatements = StatementSlot()
 
     private struct Queue {
         var work: [Work] = []
@@ -161,6 +163,9 @@ final class CacheWriter: Sendable {
 
     var isStopping: Bool { queue.withLock { $0.stopping } }
 
+    /// Work items queued and not yet taken (for tests).
+    var queuedWork: Int { queue.withLock { $0.work.count } }
+
     /// Queues `work` once the running batch commits.
     func followUp(_ work: Work) {
         followUps.withLock { $0.append(work) }
@@ -210,6 +215,9 @@ final class CacheWriter: Sendable {
             drain()
         }
         drain()
+        // Finalized with the writer, on its connection: SQLite refuses to close a connection
+        // whose statements are still prepared.
+        try? database.pool.writeWithoutTransaction { _ in preparedStatements.statements = nil }
     }
 
     /// Waits until work is queued or another pass was asked for; `false` once the writer stops.
@@ -293,11 +301,11 @@ final class CacheWriter: Sendable {
         var wrote = false
         do {
             (results, wrote) = try database.pool.writeWithoutTransaction { db -> ([Result<Int, any Error>], Bool) in
-                try Self.inTransaction(db) {
+                let statements = try self.batchStatements(db)
+                return try Self.inTransaction(db, statements) {
                     let changesBefore = db.totalChangesCount
                     self.index.update { $0.beginBatch() }
-                    // Looked up once a batch: the statement cache hashes the whole SQL text.
-                    let upsert = try db.cachedStatement(sql: Self.upsertSQL)
+                    let upsert = statements.upsert
                     let results = try batch.map { work in
                         Result<Int, any Error>.success(try self.apply(work, in: db, now: now, upsert: upsert))
                     }
@@ -355,14 +363,38 @@ final class CacheWriter: Sendable {
         reader.hot.remove(keys: removedKeys)
     }
 
+    /// The statements every batch runs, prepared once on the writer's connection (the pool's
+    /// one writer, for the life of the database): GRDB's statement cache hashes the whole SQL
+    /// text at each lookup, the upsert's 600 characters every batch.
+    struct BatchStatements {
+        let begin: Statement
+        let commit: Statement
+        let upsert: Statement
+    }
+
+    /// Where ``batchStatements(_:)`` keeps them. `@unchecked Sendable`: written and read only
+    /// on the writer's thread, inside the pool's writer, whose connection the statements
+    /// belong to; no other thread ever sees the slot's contents.
+    final class StatementSlot: @unchecked Sendable {
+        var statements: BatchStatements?
+    }
+
+    private func batchStatements(_ db: Database) throws -> BatchStatements {
+        if let prepared = preparedStatements.statements { return prepared }
+        let prepared = BatchStatements(begin: try db.makeStatement(sql: "BEGIN IMMEDIATE TRANSACTION"),
+                                       commit: try db.makeStatement(sql: "COMMIT TRANSACTION"),
+                                       upsert: try db.makeStatement(sql: Self.upsertSQL))
+        preparedStatements.statements = prepared
+        return prepared
+    }
+
     /// A batch's transaction (`BEGIN IMMEDIATE` … `COMMIT`, rolled back on an error) through
-    /// prepared statements kept in the connection's cache: `DatabaseWriter.write` compiles
-    /// both again for every transaction.
-    static func inTransaction<T>(_ db: Database, _ body: () throws -> T) throws -> T {
-        try db.cachedStatement(sql: "BEGIN IMMEDIATE TRANSACTION").execute()
+    /// prepared statements: `DatabaseWriter.write` compiles both again for every transaction.
+    static func inTransaction<T>(_ db: Database, _ statements: BatchStatements, _ body: () throws -> T) throws -> T {
+        try statements.begin.execute()
         do {
             let result = try body()
-            try db.cachedStatement(sql: "COMMIT TRANSACTION").execute()
+            try statements.commit.execute()
             return result
         } catch {
             // A failed COMMIT may have ended the transaction already (SQLite rolls back on
@@ -394,34 +426,50 @@ final class CacheWriter: Sendable {
         }
     }
 
+    /// The access log's reads since the last batch: each row's `last_access`, in SQLite (for a
+    /// restart) and in the eviction order (``RowFacts``).
     private func recordAccesses(_ touches: [String: Double], in db: Database) throws {
         guard !touches.isEmpty else { return }
-        let touch = try db.cachedStatement(sql: "UPDATE cache_entry SET last_access = ? WHERE key = ?")
-        for (key, at) in touches { try touch.execute(arguments: [at, key]) }
+        let touch = try db.cachedStatement(sql: "UPDATE cache_entry SET last_access = ? WHERE key = ? RETURNING rowid")
+        var touched: [(rowid: Int64, at: Double)] = []
+        touched.reserveCapacity(touches.count)
+        for (key, at) in touches {
+            if let rowid = try Int64.fetchOne(touch, arguments: [at, key]) { touched.append((rowid, at)) }
+        }
+        // A batch that rolls back reads the facts again from SQLite (``rollBackIndex()``).
+        facts.withLock { facts in for row in touched { facts.touch(row.rowid, at: row.at) } }
     }
 
-    /// After a failed transaction: the index and the expiry times as SQLite still has them.
+    /// After a failed transaction: the index and the row facts as SQLite still has them.
     private func rollBackIndex() {
         do {
-            let (rows, times) = try database.pool.read { db in try Self.allRows(db) }
+            let (rows, rowFacts) = try database.pool.read { db in try Self.allRows(db) }
             index.update { $0.rollBackBatch(recounted: rows) }
-            expiry.withLock { $0.rebuilt(times) }
+            facts.withLock { $0.rebuilt(rowFacts) }
         } catch {
             logger.error("cache index recount failed", metadata: ["error": "\(error)"])
             index.update { $0.rollBackBatch(recounted: []) }
-            expiry.withLock { $0.lostTrack() }
+            facts.withLock { $0.lostTrack() }
         }
     }
 
-    /// Every row's id, key hash and size, and its `usable_until`.
-    static func allRows(_ db: Database) throws -> ([KeyIndex.Row], [(rowid: Int64, usableUntil: Double)]) {
+    /// Reads the row facts again from SQLite when a rolled-back batch left them unsure (before
+    /// a sweep, an eviction or an invalidation trusts them).
+    func rebuildFactsIfNeeded(_ db: Database) throws {
+        guard facts.withLock({ $0.needsRebuild }) else { return }
+        let (_, rowFacts) = try Self.allRows(db)
+        facts.withLock { $0.rebuilt(rowFacts) }
+    }
+
+    /// Every row's id, key hash and size, and its facts.
+    static func allRows(_ db: Database) throws -> ([KeyIndex.Row], [RowFacts.Row]) {
         var rows: [KeyIndex.Row] = []
-        var times: [(rowid: Int64, usableUntil: Double)] = []
-        try forEachRow(db) { row, usableUntil in
+        var rowFacts: [RowFacts.Row] = []
+        try forEachRow(db) { row, time in
             rows.append(row)
-            times.append((row.rowid, usableUntil))
+            rowFacts.append(time)
         }
-        return (rows, times)
+        return (rows, rowFacts)
     }
 
     // MARK: - Loading the index
@@ -440,9 +488,11 @@ final class CacheWriter: Sendable {
         while !isStopping, let slice = index.update({ $0.nextLoadSlice(Self.loadSliceRows) }) {
             do {
                 // Between batches: no write is in flight, so the slice is as the index was told.
-                let (rows, times) = try database.pool.read { db in try Self.rows(db, after: slice.after, upTo: slice.upTo) }
+                let (rows, rowFacts) = try database.pool.read { db in try Self.rows(db, after: slice.after, upTo: slice.upTo) }
                 index.update { $0.loaded(rows, through: slice.upTo) }
-                expiry.withLock { expiry in for row in times { expiry.set(row.rowid, row.usableUntil) } }
+                facts.withLock { facts in
+                    for row in rowFacts { facts.set(row) }
+                }
             } catch {
                 failures += 1
                 if failures == 1 { logger.error("cache index: reading the rows failed; retrying", metadata: ["error": "\(error)"]) }
@@ -455,6 +505,8 @@ final class CacheWriter: Sendable {
             let totals = index.totals
             logger.info("cache index loaded", metadata: ["entries": "\(totals.entries)", "bytes": "\(totals.bytes)",
                                                          "seconds": "\(ContinuousClock.now - began)"])
+            // Eviction waited for every row's access time.
+            if !isStopping, needsEviction { evict() }
         }
     }
 
@@ -470,24 +522,26 @@ final class CacheWriter: Sendable {
         }
     }
 
-    /// The rows with a rowid in `after + 1 ... upTo` (a range of the table's b-tree), and their `usable_until`.
-    static func rows(_ db: Database, after: Int64, upTo: Int64) throws -> ([KeyIndex.Row], [(rowid: Int64, usableUntil: Double)]) {
+    /// The rows with a rowid in `after + 1 ... upTo` (a range of the table's b-tree), and their facts.
+    static func rows(_ db: Database, after: Int64, upTo: Int64) throws -> ([KeyIndex.Row], [RowFacts.Row]) {
         var rows: [KeyIndex.Row] = []
-        var times: [(rowid: Int64, usableUntil: Double)] = []
+        var rowFacts: [RowFacts.Row] = []
         rows.reserveCapacity(Int(min(upTo - after, loadSliceRows)))
-        times.reserveCapacity(Int(min(upTo - after, loadSliceRows)))
-        try forEachRow(db, sql: "SELECT rowid, key, size, usable_until FROM cache_entry WHERE rowid > ? AND rowid <= ?",
-                       bounds: [after, upTo]) { row, usableUntil in
+        rowFacts.reserveCapacity(Int(min(upTo - after, loadSliceRows)))
+        try forEachRow(db, sql: "\(rowColumns) WHERE rowid > ? AND rowid <= ?",
+                       bounds: [after, upTo]) { row, time in
             rows.append(row)
-            times.append((row.rowid, usableUntil))
+            rowFacts.append(time)
         }
-        return (rows, times)
+        return (rows, rowFacts)
     }
 
-    /// Each row's id, key hash and size, and its `usable_until`, straight from SQLite's buffers
-    /// (no string per key).
-    static func forEachRow(_ db: Database, sql: String = "SELECT rowid, key, size, usable_until FROM cache_entry", bounds: [Int64] = [],
-                           _ body: (KeyIndex.Row, Double) -> Void) throws {
+    /// Each row's id, key hash and size, and its facts, straight from SQLite's buffers (no
+    /// string per key).
+    static let rowColumns = "SELECT rowid, key, size, usable_until, last_access, endpoint, version, user_id FROM cache_entry"
+
+    static func forEachRow(_ db: Database, sql: String = rowColumns,
+                           bounds: [Int64] = [], _ body: (KeyIndex.Row, RowFacts.Row) -> Void) throws {
         let statement = try db.makeStatement(sql: sql)
         let raw = statement.sqliteStatement
         for (n, bound) in bounds.enumerated() { sqlite3_bind_int64(raw, Int32(n + 1), bound) }
@@ -495,8 +549,16 @@ final class CacheWriter: Sendable {
         while sqlite3_step(raw) == SQLITE_ROW {
             guard let text = sqlite3_column_text(raw, 1) else { continue }
             let hash = KeyHash.of(UnsafeRawBufferPointer(start: text, count: Int(sqlite3_column_bytes(raw, 1))))
-            body(KeyIndex.Row(rowid: sqlite3_column_int64(raw, 0), hash: hash, size: Int(sqlite3_column_int64(raw, 2))),
-                 sqlite3_column_double(raw, 3))
+            let rowid = sqlite3_column_int64(raw, 0)
+            body(KeyIndex.Row(rowid: rowid, hash: hash, size: Int(sqlite3_column_int64(raw, 2))),
+                 RowFacts.Row(rowid: rowid, usableUntil: sqlite3_column_double(raw, 3), lastAccess: sqlite3_column_double(raw, 4),
+                              endpoint: Self.text(raw, 5) ?? "", version: Int(sqlite3_column_int64(raw, 6)), userID: Self.text(raw, 7)))
         }
+    }
+
+    /// A text column as a `String`; `nil` for `NULL`.
+    private static func text(_ raw: OpaquePointer?, _ column: Int32) -> String? {
+        guard let text = sqlite3_column_text(raw, column) else { return nil }
+        return String(decoding: UnsafeRawBufferPointer(start: text, count: Int(sqlite3_column_bytes(raw, column))), as: UTF8.self)
     }
 }

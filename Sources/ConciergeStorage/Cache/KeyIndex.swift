@@ -276,6 +276,10 @@ final class SharedKeyIndex: Sendable {
 
     var isLoading: Bool { index.withLock { $0.isLoading } }
 
+    /// The rowids the loader has still to read (after `through`, up to `ceiling`); `nil` once
+    /// every row present at start-up was read.
+    var unreadRows: KeyIndex.Loading? { index.withLock { $0.loading } }
+
     /// Whether SQLite may hold a live row for the key; if so, registers a read (end it with
     /// ``endRead(_:rowid:)``).
     func beginReadIfPresent(_ hash: UInt64) -> UInt64? {
