@@ -62,19 +62,19 @@ public final class CacheStore: Sendable {
     // MARK: Reads
 
     /// The hot-tier entry, without I/O. Callable on an event loop.
-    public func hotLookup(_ key: String, now: Double) -> CacheEntry? {
+    public func hotLookup(_ key: HashedKey, now: Double) -> CacheEntry? {
         reader.hotLookup(key, now: now)
     }
 
     public func hotLookup(_ key: String) -> CacheEntry? {
-        reader.hotLookup(key, now: reader.clock.now)
+        reader.hotLookup(HashedKey(key), now: reader.clock.now)
     }
 
     /// Whether SQLite may hold a live row for `key` (the key index does not rule it out; while
     /// the index loads, any key may have one). Without I/O: with an empty hot tier, `false` is
     /// a miss known on the event loop.
-    public func mayHaveRow(_ key: String) -> Bool {
-        reader.index.mayHaveRow(KeyHash.of(key))
+    public func mayHaveRow(_ key: HashedKey) -> Bool {
+        reader.index.mayHaveRow(key.hash)
     }
 
     /// Hot tier, then SQLite (promoting what it finds).
@@ -116,9 +116,10 @@ public final class CacheStore: Sendable {
     ///   degraded (writes failing) or the queue is full; the entry then lives in the hot
     ///   tier only. An accepted entry is committed within one writer pass unless the disk
     ///   fails meanwhile: accepted means queued, not yet durable.
+    /// - Parameter key: the entry's key hashed already, if the caller has it.
     @discardableResult
-    public func store(_ entry: CacheEntry) -> Bool {
-        reader.putHot(entry)
+    public func store(_ entry: CacheEntry, key: HashedKey? = nil) -> Bool {
+        reader.putHot(entry, key: key)
         return writer.queuePut(entry)
     }
 

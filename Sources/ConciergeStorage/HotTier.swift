@@ -1,3 +1,4 @@
+import ConciergeCore
 import Foundation
 import Synchronization
 
@@ -7,6 +8,8 @@ import Synchronization
 public final class HotTier: Sendable {
     private struct Node {
         var entry: CacheEntry
+        /// The entry's key with its hash, as ``State/index`` holds it.
+        var key: HashedKey
         var size: Int
         /// Last access time reported to SQLite (for its LRU), refreshed at most once a second.
         var reportedAccess: Double
@@ -15,7 +18,7 @@ public final class HotTier: Sendable {
     }
 
     private struct State {
-        var index: [String: Int] = [:]
+        var index: [HashedKey: Int] = [:]
         var nodes: [Node?] = []
         var free: [Int] = []
         var head = -1  // most recent
@@ -37,7 +40,7 @@ public final class HotTier: Sendable {
         }
 
         mutating func remove(_ i: Int) {
-            index[nodes[i]!.entry.key] = nil
+            index[nodes[i]!.key] = nil
             removeReplaced(i)
         }
 
@@ -76,12 +79,12 @@ public final class HotTier: Sendable {
 
     /// The entry for `key`, marked most recently used.
     public func get(_ key: String) -> CacheEntry? {
-        getReportingAccess(key, now: 0)?.entry
+        getReportingAccess(HashedKey(key), now: 0)?.entry
     }
 
     /// The entry for `key`, and whether its access time should be reported to SQLite
     /// (when the last report is older than `interval`).
-    public func getReportingAccess(_ key: String, now: Double, interval: Double = 1) -> (entry: CacheEntry, report: Bool)? {
+    public func getReportingAccess(_ key: HashedKey, now: Double, interval: Double = 1) -> (entry: CacheEntry, report: Bool)? {
         state.withLock { s in
             guard let i = s.index[key] else { return nil }
             if s.head != i {
@@ -110,20 +113,25 @@ public final class HotTier: Sendable {
     }
 
     public func put(_ entry: CacheEntry) {
+        put(entry, key: HashedKey(entry.key))
+    }
+
+    /// ``put(_:)`` with the entry's key hashed already (`key.text == entry.key`).
+    public func put(_ entry: CacheEntry, key: HashedKey) {
         let size = footprint(entry)
         guard size <= capacityBytes else {
-            remove(entry.key)
+            remove(key)
             return
         }
         // What leaves the tier is released after the lock: freeing an entry's buffers is not
         // work the other event loops' lookups should wait for.
         let left = state.withLock { s -> [CacheEntry] in
             var left: [CacheEntry] = []
-            let node = Node(entry: entry, size: size, reportedAccess: 0, prev: -1, next: -1)
+            let node = Node(entry: entry, key: key, size: size, reportedAccess: 0, prev: -1, next: -1)
             let i: Int
             if let f = s.free.popLast() { s.nodes[f] = node; i = f } else { s.nodes.append(node); i = s.nodes.count - 1 }
             // One hash of the key: the entry it replaces, if any, leaves without a lookup of its own.
-            if let old = s.index.updateValue(i, forKey: entry.key) {
+            if let old = s.index.updateValue(i, forKey: key) {
                 left.append(s.nodes[old]!.entry)
                 s.removeReplaced(old)
             }
@@ -139,7 +147,7 @@ public final class HotTier: Sendable {
     /// recently used entries leave to make room.
     public func attach(_ head: EncodedHead, to entry: CacheEntry) {
         let left = state.withLock { s -> [CacheEntry] in
-            guard let i = s.index[entry.key], s.nodes[i]!.entry.encodedHead == nil,
+            guard let i = s.index[HashedKey(entry.key)], s.nodes[i]!.entry.encodedHead == nil,
                   s.nodes[i]!.entry.storedAt == entry.storedAt, s.nodes[i]!.entry.version == entry.version else { return [] }
             s.nodes[i]!.entry.encodedHead = head
             let size = footprint(s.nodes[i]!.entry)
@@ -156,6 +164,10 @@ public final class HotTier: Sendable {
     }
 
     public func remove(_ key: String) {
+        remove(HashedKey(key))
+    }
+
+    func remove(_ key: HashedKey) {
         state.withLock { s in
             if let i = s.index[key] { s.remove(i) }
         }
@@ -176,7 +188,7 @@ public final class HotTier: Sendable {
     /// - Throws: ``KeyPatternError`` when a match exceeds a limit or `deadline` passes;
     ///   nothing is removed then.
     public func removeKeys(matching pattern: KeyPattern, until deadline: ContinuousClock.Instant) throws(KeyPatternError) {
-        let keys: [String] = state.withLock { s in Array(s.index.keys) }
+        let keys: [String] = state.withLock { s in s.index.keys.map(\.text) }
         let matcher = pattern.matcher()
         var matched: [String] = []
         for (n, key) in keys.enumerated() {
@@ -189,7 +201,7 @@ public final class HotTier: Sendable {
     public func remove(keys: [String]) {
         guard !keys.isEmpty else { return }
         state.withLock { s in
-            for key in keys { if let i = s.index[key] { s.remove(i) } }
+            for key in keys { if let i = s.index[HashedKey(key)] { s.remove(i) } }
         }
     }
 

@@ -87,7 +87,7 @@ struct HitMemoTests {
     func bounded() {
         let memo = HitMemo()
         for i in 0..<(HitMemo.capacity + 10) {
-            memo.remember(request("/items?n=\(i)"), route: route, session: user, key: "K\(i)", endpoint: route.endpoint)
+            memo.remember(request("/items?n=\(i)"), route: route, session: user, key: HashedKey("K\(i)"), endpoint: route.endpoint)
         }
         #expect(memo.count <= HitMemo.capacity)
         #expect(memo.count == 10)

@@ -234,12 +234,12 @@ struct HotTierLazyHeadTests {
         store.store(entry)
         #expect(encoder.calls.withLock { $0 } == 0, "a stored entry is not encoded")
         #expect(store.hot.bytes == 1000 + HotTier.allocationOverhead, "a stored entry: its size and its allocations")
-        let first = store.hotLookup("a", now: entry.storedAt)
+        let first = store.hotLookup(HashedKey("a"), now: entry.storedAt)
         #expect(first?.encodedHead?.bytes.readableBytes == 300)
         #expect(encoder.calls.withLock { $0 } == 1)
         #expect(store.hot.bytes == store.hot.footprint(first!))
         #expect(store.hot.bytes == 1000 + HotTier.allocationOverhead + first!.encodedHead!.bytes.storageCapacity)
-        for _ in 0..<3 { #expect(store.hotLookup("a", now: entry.storedAt)?.encodedHead != nil) }
+        for _ in 0..<3 { #expect(store.hotLookup(HashedKey("a"), now: entry.storedAt)?.encodedHead != nil) }
         #expect(encoder.calls.withLock { $0 } == 1, "later lookups reuse the head")
     }
 

@@ -1,4 +1,5 @@
 @testable import ConciergeStorage
+import ConciergeCore
 import Testing
 
 /// ``KeyIndex``'s invariants, step by step, with no database and no clock: totals count live

@@ -22,7 +22,7 @@ public struct PreparedRequest: Sendable {
         /// The endpoint takes Concierge's token.
         var injects: Bool
         /// The cache key, for a cacheable request whose reply may be stored.
-        var cacheKey: String?
+        var hashedCacheKey: HashedKey?
         var scope: CacheScope
         /// The client asked to skip the cache (`Cache-Control: no-cache`, `X-Concierge-Cache: bypass`).
         var bypass: Bool
@@ -76,9 +76,14 @@ public struct PreparedRequest: Sendable {
         _modify { unique(); yield &storage.fields.injects }
     }
     public var cacheKey: String? {
-        _read { yield storage.fields.cacheKey }
-        _modify { unique(); yield &storage.fields.cacheKey }
+        get { storage.fields.hashedCacheKey?.text }
+        set {
+            unique()
+            storage.fields.hashedCacheKey = newValue.map { HashedKey($0) }
+        }
     }
+    /// ``cacheKey`` with its hash, made once.
+    public var hashedCacheKey: HashedKey? { storage.fields.hashedCacheKey }
     public var scope: CacheScope {
         _read { yield storage.fields.scope }
         _modify { unique(); yield &storage.fields.scope }
@@ -161,7 +166,7 @@ public struct PreparedRequest: Sendable {
         let injects = endpoint.login != .none && (session != nil || appToken) && !rc.injector.points.isEmpty
         let upstream = rc.settings.upstream(named: endpoint.upstream ?? environment) ?? rc.settings.upstreams[0]
         var prepared = PreparedRequest(Fields(request: request, endpoint: endpoint, config: rc, upstream: upstream,
-                                       token: injects ? session?.accessToken : nil, injects: injects, cacheKey: nil,
+                                       token: injects ? session?.accessToken : nil, injects: injects, hashedCacheKey: nil,
                                        scope: .notStorable, bypass: bypasses(received.headers),
                                        originalHeaders: received.headers, receivedTarget: target, clientAddress: received.clientAddress))
         if endpoint.isCacheable, received.body != nil {

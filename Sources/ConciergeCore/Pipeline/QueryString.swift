@@ -12,23 +12,10 @@ public enum QueryString {
             var pieces = 1
             for byte in bytes where byte == UInt8(ascii: "&") { pieces += 1 }
             out.reserveCapacity(pieces)
-            var start = 0
-            while start < bytes.count {
-                var end = start
-                var eq: Int?
-                while end < bytes.count, bytes[end] != UInt8(ascii: "&") {
-                    if eq == nil, bytes[end] == UInt8(ascii: "=") { eq = end }
-                    end += 1
-                }
-                if end > start {
-                    let wire = String(decoding: bytes[start..<end], as: UTF8.self)
-                    if let eq {
-                        out.append(Param(decode(bytes[start..<eq]), decode(bytes[(eq + 1)..<end]), wire: wire))
-                    } else {
-                        out.append(Param(decode(bytes[start..<end]), "", wire: wire))
-                    }
-                }
-                start = end + 1
+            forEachPair(bytes) { start, equals, end in
+                let wire = String(decoding: bytes[start..<end], as: UTF8.self)
+                let value = equals < end ? decode(bytes[(equals + 1)..<end]) : ""
+                out.append(Param(decode(bytes[start..<equals]), value, wire: wire))
             }
             return out
         }

@@ -28,7 +28,7 @@ final class HitMemo: Sendable {
         let config: RuntimeConfig
         let environment: String
         let session: SessionTokens?
-        let key: String
+        let key: HashedKey
         let endpoint: EndpointPolicy
 
         /// Whether it was made under this very configuration object, environment and session.
@@ -75,7 +75,7 @@ final class HitMemo: Sendable {
 
     /// Remembers the recipe of a request; returns it (`nil` when the request is not remembered).
     @discardableResult
-    func remember(_ incoming: IncomingRequest, route: PreparedRequest.Route, session: SessionTokens?, key: String,
+    func remember(_ incoming: IncomingRequest, route: PreparedRequest.Route, session: SessionTokens?, key: HashedKey,
                   endpoint: EndpointPolicy) -> Recipe? {
         guard Self.eligible(incoming) else { return nil }
         let probe = Probe(method: incoming.method, target: incoming.target, headers: incoming.headers)

@@ -1,3 +1,4 @@
+import ConciergeCore
 import Synchronization
 
 /// Concurrent misses on one key make one upstream call; the others wait for its result
@@ -8,9 +9,11 @@ import Synchronization
 /// - Important: a leader cancelled mid-call (a `fail_fast` batch) hands its cancelled
 ///   result to the waiters too.
 final class MissCoalescer<Result: Sendable>: Sendable {
-    private let waiters = Mutex<[String: [CheckedContinuation<Result?, Never>]]>([:])
+    /// By key, hashed once (``HashedKey``).
+    private let waiters = Mutex<[HashedKey: [CheckedContinuation<Result?, Never>]]>([:])
 
-    nonisolated(nonsending) func run(key: String, _ work: nonisolated(nonsending) @Sendable () async -> Result) async -> Result {
+    nonisolated(nonsending) func run(key text: String, _ work: nonisolated(nonsending) @Sendable () async -> Result) async -> Result {
+        let key = HashedKey(text)
         // The usual case, no one on this key: lead without suspending.
         if !lead(key) {
             let shared: Result? = await withCheckedContinuation { continuation in
@@ -33,7 +36,7 @@ final class MissCoalescer<Result: Sendable>: Sendable {
     }
 
     /// Leads `key` without waiting; `false` when another request is fetching it.
-    func lead(_ key: String) -> Bool {
+    func lead(_ key: HashedKey) -> Bool {
         waiters.withLock { map -> Bool in
             // One hash of the key in the usual case: put an empty list, and put back the one
             // it replaced if another request leads already.
@@ -44,10 +47,10 @@ final class MissCoalescer<Result: Sendable>: Sendable {
     }
 
     /// The requests waiting on `key` (for tests).
-    func waiting(on key: String) -> Int { waiters.withLock { $0[key]?.count ?? 0 } }
+    func waiting(on key: String) -> Int { waiters.withLock { $0[HashedKey(key)]?.count ?? 0 } }
 
     /// Ends a lead: the requests waiting on `key` get `result` (`nil`: each fetches on its own).
-    func hand(_ key: String, _ result: Result?) {
+    func hand(_ key: HashedKey, _ result: Result?) {
         let parked = waiters.withLock { $0.removeValue(forKey: key) ?? [] }
         for waiter in parked { waiter.resume(returning: result) }
     }

@@ -32,7 +32,7 @@ extension ProxyPipeline {
         let preparation = prepare(incoming, route: route, session: session)
         if case .answer(let answer) = preparation { return .answer(answer) }
         // `mode: http` reads the request's directives and `Vary` first: not here.
-        guard case .ready(let p, _) = preparation, let key = p.cacheKey, !p.bypass, !p.endpoint.httpCaching else {
+        guard case .ready(let p, _) = preparation, let key = p.hashedCacheKey, !p.bypass, !p.endpoint.httpCaching else {
             return .prepared(preparation, hotTierMiss: false)
         }
         guard let entry = cache.hotLookup(key, now: now) else { return .prepared(preparation, hotTierMiss: true) }

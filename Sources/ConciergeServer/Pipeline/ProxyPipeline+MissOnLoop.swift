@@ -28,7 +28,7 @@ extension ProxyPipeline {
     ///   `answer` is never called); else `answer` is called once, on `eventLoop`.
     func missOnLoop(_ preparation: Preparation, on eventLoop: any EventLoop, answer: @escaping @Sendable (ProxyAnswer) -> Void) -> Bool {
         guard case .ready(let p, streamedBody: .none) = preparation, p.endpoint.envelope || p.endpoint.isCacheable,
-              let key = p.cacheKey, !p.bypass, !p.endpoint.httpCaching, shared == nil,
+              let key = p.hashedCacheKey, !p.bypass, !p.endpoint.httpCaching, shared == nil,
               !cache.mayHaveRow(key),
               let attempt = exchange.firstAttemptWithoutWaiting(p)
         else { return false }
@@ -52,7 +52,7 @@ extension ProxyPipeline {
 
     /// Steps 8–9 of a miss this request led: store, hand the result to the requests that
     /// waited for it, the answer with its cache headers.
-    private func missAnswer(_ result: UpstreamExchange.Result, _ p: PreparedRequest, key: String) -> ProxyAnswer {
+    private func missAnswer(_ result: UpstreamExchange.Result, _ p: PreparedRequest, key: HashedKey) -> ProxyAnswer {
         let fetched = store(result, p, key: key, sharedSeen: nil)
         coalescer.hand(key, fetched)
         return withCacheHeaders(fetched, .miss)

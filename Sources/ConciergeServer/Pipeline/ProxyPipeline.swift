@@ -124,20 +124,20 @@ public final class ProxyPipeline: Sendable {
 
     nonisolated(nonsending) private func fetchAndStore(_ p: PreparedRequest, key: String) async -> Fetched {
         let seen = shared?.appliedSeq
-        return store(await exchange.run(p), p, key: key, sharedSeen: seen)
+        return store(await exchange.run(p), p, key: HashedKey(key), sharedSeen: seen)
     }
 
     /// Step 8: an exchange's result, stored when it may be (`sharedSeen`: the fleet's applied
     /// invalidation number when the exchange began, with a shared cache).
-    func store(_ result: UpstreamExchange.Result, _ p: PreparedRequest, key: String, sharedSeen seen: Int64?) -> Fetched {
+    func store(_ result: UpstreamExchange.Result, _ p: PreparedRequest, key: HashedKey, sharedSeen seen: Int64?) -> Fetched {
         guard case .success(_, let storable?) = result else { return Fetched(result: result, stored: false) }
         let policy = p.endpoint.cache
-        var entry = CacheEntry(key: key, endpoint: p.endpoint.name, userID: p.scope.userID, status: storable.status,
+        var entry = CacheEntry(key: key.text, endpoint: p.endpoint.name, userID: p.scope.userID, status: storable.status,
                                headers: storable.headers, body: storable.body, storedAt: cache.clock.now,
                                ttl: policy.ttl.seconds, staleWhileRevalidate: policy.staleWhileRevalidate.seconds,
                                staleIfError: policy.staleIfError.seconds, version: policy.version ?? p.config.settings.cache.version)
         entry.tags = Self.tags(p, storable)
-        let stored = cache.store(entry)
+        let stored = cache.store(entry, key: key)
         if stored, let shared, let seen { shared.store(entry, seen: seen) }
         return Fetched(result: result, stored: stored)
     }

@@ -29,18 +29,18 @@ final class CacheReader: Sendable {
 
     /// Puts an entry in the hot tier with its own tight copy of the body (a body read from the
     /// network may be a slice of a larger read buffer) and its encoded head.
-    func putHot(_ entry: CacheEntry) {
+    func putHot(_ entry: CacheEntry, key: HashedKey? = nil) {
         var entry = entry
         if entry.body.storageCapacity > entry.body.readableBytes + 64 {
             entry.body = ByteBuffer(bytes: entry.body.readableBytesView)
         }
-        hot.put(entry)
+        hot.put(entry, key: key ?? HashedKey(entry.key))
     }
 
     /// The hot-tier entry, without I/O. Callable on an event loop. The first lookup of an
     /// entry encodes its head (`encodeHead`) and leaves it in the tier for the hits after it:
     /// an entry stored and never read again (a miss of a one-off key) costs no encoding.
-    func hotLookup(_ key: String, now: Double) -> CacheEntry? {
+    func hotLookup(_ key: HashedKey, now: Double) -> CacheEntry? {
         guard let (found, report) = hot.getReportingAccess(key, now: now) else { return nil }
         if report { accesses.record(found.key, at: now) }
         guard found.encodedHead == nil, let encodeHead, let head = encodeHead(found) else { return found }
@@ -53,8 +53,9 @@ final class CacheReader: Sendable {
     /// Hot tier, then SQLite (promoting what it finds).
     nonisolated(nonsending) func lookup(_ key: String) async -> CacheEntry? {
         let now = clock.now
-        if let entry = hotLookup(key, now: now) { return entry }
-        guard let began = index.beginReadIfPresent(KeyHash.of(key)) else { return nil }
+        let hashed = HashedKey(key)
+        if let entry = hotLookup(hashed, now: now) { return entry }
+        guard let began = index.beginReadIfPresent(hashed.hash) else { return nil }
         var found: (rowid: Int64, entry: CacheEntry)?
         do {
             found = try await database.pool.read { db -> (Int64, CacheEntry)? in

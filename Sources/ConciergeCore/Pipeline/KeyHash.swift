@@ -1,20 +1,20 @@
 import Foundation
 
-/// A 64-bit hash of the key's UTF-8 bytes: the in-memory presence set uses it to skip SQLite
-/// reads for keys that are certainly not stored, and the writer to tell a row's key from
-/// another. Kept in memory only (the key index is rebuilt from the keys at each start), so
+/// A 64-bit hash of a cache key's UTF-8 bytes: the in-memory presence set uses it to skip
+/// SQLite reads for keys that are certainly not stored, the writer to tell a row's key from
+/// another, and the hot tier and the miss coalescer as the key's hash (``HashedKey``). Kept in memory only (the key index is rebuilt from the keys at each start), so
 /// the function may change between versions.
 ///
 /// Eight bytes a step (multiply and shift, as SplitMix64 mixes), the last few bytes as one
 /// word, then MurmurHash3's finaliser: about a sixth of byte-at-a-time FNV-1a's instructions
 /// for a key of a hundred bytes, hashed twice a miss.
-enum KeyHash {
-    static func of(_ key: String) -> UInt64 {
+public enum KeyHash {
+    public static func of(_ key: String) -> UInt64 {
         var key = key
         return key.withUTF8 { of(UnsafeRawBufferPointer($0)) }
     }
 
-    static func of(_ bytes: UnsafeRawBufferPointer) -> UInt64 {
+    public static func of(_ bytes: UnsafeRawBufferPointer) -> UInt64 {
         var hash: UInt64 = 0x9E37_79B9_7F4A_7C15 ^ UInt64(truncatingIfNeeded: bytes.count)
         var offset = 0
         while offset &+ 8 <= bytes.count {
@@ -38,4 +38,25 @@ enum KeyHash {
         let product = value &* 0xBF58_476D_1CE4_E5B9
         return product ^ (product >> 31)
     }
+}
+
+/// A cache key with its ``KeyHash``, hashed once when the key is made: as a dictionary key
+/// (the hot tier, the miss coalescer) it feeds the hasher one word instead of the whole text,
+/// which a miss looked up four times, and the key index asks for the same hash.
+public struct HashedKey: Hashable, Sendable {
+    public let text: String
+    public let hash: UInt64
+
+    public init(_ text: String) {
+        self.text = text
+        hash = KeyHash.of(text)
+    }
+
+    public static func == (a: HashedKey, b: HashedKey) -> Bool { a.hash == b.hash && a.text == b.text }
+
+    public func hash(into hasher: inout Hasher) { hasher.combine(hash) }
+}
+
+extension HashedKey: ExpressibleByStringLiteral {
+    public init(stringLiteral text: String) { self.init(text) }
 }
