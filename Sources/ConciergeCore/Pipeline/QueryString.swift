@@ -136,10 +136,11 @@ public enum QueryString {
     /// order is byte order. No string per name and value, no filtered copy of the list, and a
     /// name is hashed against `excluding` only when some excluded name has its length.
     static func writeKeyCanonical(_ params: [Param], excluding: Set<String> = [], into out: inout TextBuilder) {
-        var pairs = KeyPairs(excluding: ExcludedParams(excluding), scratch: params.reduce(0) {
+        let excluded = ExcludedParams(excluding)
+        var pairs = KeyPairs(scratch: params.reduce(0) {
             $0 + ($1.wire?.utf8.count ?? 3 * ($1.name.utf8.count + $1.value.utf8.count)) + 8
         }, pairs: params.count)
-        for param in params where !pairs.excludes(param.name) {
+        for param in params where !excluded.excludes(param.name) {
             if let wire = param.wire {
                 wire.utf8.withContiguousStorageIfAvailable { pairs.add(wire: $0) }
                     ?? Array(wire.utf8).withUnsafeBufferPointer { pairs.add(wire: $0) }
@@ -160,7 +161,7 @@ public enum QueryString {
             if writeUnchanged(bytes, excluding: excluding, into: &out) { return }
             var pieces = 1
             for byte in bytes where byte == UInt8(ascii: "&") { pieces += 1 }
-            var pairs = KeyPairs(excluding: excluding, scratch: bytes.count + 8 * pieces, pairs: pieces)
+            var pairs = KeyPairs(scratch: bytes.count + 8 * pieces, pairs: pieces)
             forEachPair(bytes) { start, equals, end in
                 let pair = UnsafeBufferPointer(rebasing: bytes[start..<end])
                 if !excluding.excludes(written: UnsafeBufferPointer(rebasing: bytes[start..<equals])) { pairs.add(wire: pair) }
@@ -211,10 +212,7 @@ public enum QueryString {
         return withUnsafeTemporaryAllocation(of: Place.self, capacity: pieces) { places -> Bool in
             func name(_ p: Place) -> UnsafeBufferPointer<UInt8> { UnsafeBufferPointer(rebasing: bytes[p.start..<p.equals]) }
             func value(_ p: Place) -> UnsafeBufferPointer<UInt8> { UnsafeBufferPointer(rebasing: bytes[min(p.equals + 1, p.end)..<p.end]) }
-            func before(_ a: Place, _ b: Place) -> Bool {
-                let names = order(name(a), name(b))
-                return names != 0 ? names < 0 : order(value(a), value(b)) < 0
-            }
+            func before(_ a: Place, _ b: Place) -> Bool { inKeyOrder((name(a), value(a)), (name(b), value(b))) }
             var count = 0
             forEachPair(bytes) { start, equals, end in
                 let place = Place(start: start, equals: equals, end: end)
@@ -248,17 +246,13 @@ public enum QueryString {
             var end: Int
         }
 
-        let excluding: ExcludedParams
         var scratch: [UInt8] = []
         var spans: [Span] = []
 
-        init(excluding: ExcludedParams, scratch capacity: Int, pairs: Int) {
-            self.excluding = excluding
+        init(scratch capacity: Int, pairs: Int) {
             scratch.reserveCapacity(capacity)
             spans.reserveCapacity(pairs)
         }
-
-        func excludes(_ name: String) -> Bool { excluding.excludes(name) }
 
         mutating func add(wire: UnsafeBufferPointer<UInt8>) {
             let start = scratch.count
@@ -275,13 +269,11 @@ public enum QueryString {
         }
 
         mutating func write(into out: inout TextBuilder) {
-            var spans = self.spans
             scratch.withUnsafeBufferPointer { bytes in
                 func piece(_ range: Range<Int>) -> UnsafeBufferPointer<UInt8> { UnsafeBufferPointer(rebasing: bytes[range]) }
                 if spans.count > 1 {
                     spans.sort { a, b in
-                        let names = order(piece(a.start..<a.equals), piece(b.start..<b.equals))
-                        return names != 0 ? names < 0 : order(piece(a.equals..<a.end), piece(b.equals..<b.end)) < 0
+                        inKeyOrder((piece(a.start..<a.equals), piece(a.equals..<a.end)), (piece(b.start..<b.equals), piece(b.equals..<b.end)))
                     }
                 }
                 for (index, span) in spans.enumerated() {
@@ -292,6 +284,13 @@ public enum QueryString {
                 }
             }
         }
+    }
+
+    /// The key's order of two pairs: by name's bytes, then by value's.
+    private static func inKeyOrder(_ a: (name: UnsafeBufferPointer<UInt8>, value: UnsafeBufferPointer<UInt8>),
+                                   _ b: (name: UnsafeBufferPointer<UInt8>, value: UnsafeBufferPointer<UInt8>)) -> Bool {
+        let names = order(a.name, b.name)
+        return names != 0 ? names < 0 : order(a.value, b.value) < 0
     }
 
     /// Byte order of `a` and `b`: negative, zero or positive.

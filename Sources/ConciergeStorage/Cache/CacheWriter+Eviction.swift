@@ -76,16 +76,14 @@ extension CacheWriter {
             var evicted: [(key: String, row: KeyIndex.Row)] = []
             var gone: [Int64] = []
             var removedBytes = 0
-            let delete = try db.cachedStatement(sql: "DELETE FROM cache_entry WHERE rowid = ? RETURNING key, size")
+            let delete = try db.cachedStatement(sql: Self.deleteByRowidSQL)
             for rowid in self.facts.withLock({ $0.oldest(Self.evictionSliceRows) }) where removedBytes < bytes {
-                guard let row = try Row.fetchOne(delete, arguments: [rowid]) else {
+                guard let row = try Self.deleteRow(rowid, delete) else {
                     gone.append(rowid)
                     continue
                 }
-                let key: String = row["key"]
-                let evictedRow = KeyIndex.Row(rowid: rowid, hash: KeyHash.of(key), size: row["size"])
-                evicted.append((key, evictedRow))
-                removedBytes += evictedRow.size
+                evicted.append(row)
+                removedBytes += row.row.size
             }
             try self.dropTags(of: evicted.map(\.key), in: db)
             return (evicted, gone)

@@ -172,16 +172,26 @@ extension CacheWriter {
     /// Deletes rows by rowid (those still in the table); how many live entries went.
     func deleteRows(_ rowids: [Int64], in db: Database) throws -> Int {
         guard !rowids.isEmpty else { return 0 }
-        let delete = try db.cachedStatement(sql: "DELETE FROM cache_entry WHERE rowid = ? RETURNING key, size")
+        let delete = try db.cachedStatement(sql: Self.deleteByRowidSQL)
         var deleted: [KeyIndex.Row] = []
         var keys: [String] = []
         for rowid in rowids {
-            guard let row = try Row.fetchOne(delete, arguments: [rowid]) else { continue }
-            let key: String = row["key"]
-            keys.append(key)
-            deleted.append(KeyIndex.Row(rowid: rowid, hash: KeyHash.of(key), size: row["size"]))
+            guard let row = try Self.deleteRow(rowid, delete) else { continue }
+            keys.append(row.key)
+            deleted.append(row.row)
         }
         return try forget(deleted, keys: keys, in: db)
+    }
+
+    static let deleteByRowidSQL = "DELETE FROM cache_entry WHERE rowid = ? RETURNING key, size"
+
+    /// Runs a `DELETE … WHERE rowid = ? … RETURNING key, size` for `rowid` (and the statement's
+    /// further `arguments`): the row's key and its index row, `nil` when no row went.
+    static func deleteRow(_ rowid: Int64, _ delete: Statement, _ arguments: StatementArguments = []) throws
+        -> (key: String, row: KeyIndex.Row)? {
+        guard let row = try Row.fetchOne(delete, arguments: [rowid] + arguments) else { return nil }
+        let key: String = row["key"]
+        return (key, KeyIndex.Row(rowid: rowid, hash: KeyHash.of(key), size: row["size"]))
     }
 
     /// The rows a user's or endpoints' criteria select, as a condition (for the rows the key
@@ -325,10 +335,9 @@ extension CacheWriter {
         var later: [(rowid: Int64, usableUntil: Double)] = []
         var gone: [Int64] = []
         for rowid in due {
-            if let row = try Row.fetchOne(delete, arguments: [rowid, now]) {
-                let key: String = row["key"]
-                keys.append(key)
-                deleted.append(KeyIndex.Row(rowid: rowid, hash: KeyHash.of(key), size: row["size"]))
+            if let row = try Self.deleteRow(rowid, delete, [now]) {
+                keys.append(row.key)
+                deleted.append(row.row)
             } else if let usableUntil = try Double.fetchOne(check, arguments: [rowid]) {
                 later.append((rowid, usableUntil))
             } else {
