@@ -123,9 +123,10 @@ struct BoundedPatternTests {
         #expect(statuses.sorted() == [422, 422, 422, 422], "\(statuses)")
         #expect(try await misses.allSatisfy { $0 == 200 })
         // Alone on this machine the slowest is about 60 ms; beside the rest of the suite on two
-        // cores, a few hundred, once just over a second. A /health that waited for a scan would
-        // wait for all of them: at least the scans' 10 s limit.
-        #expect(slowestHealth < .seconds(3), "slowest /health \(slowestHealth)")
+        // cores, a few hundred, once just over a second, once (a CI rehearsal) 5.0 s. A /health
+        // that waited for a scan would wait for all of them: at least the scans' 10 s limit,
+        // which the bound stays under.
+        #expect(slowestHealth < .seconds(8), "slowest /health \(slowestHealth)")
         // The misses were stored meanwhile (one writer, never held by a scan).
         let stored = await eventually(.seconds(10)) {
             let listed = try? await ConciergeTestRig.send(.GET, admin + "/cache/entries?pattern=during%3D&limit=1000", headers: auth)
