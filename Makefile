@@ -11,7 +11,8 @@
 #   make check-admin-api      # schemathesis + promtool against a live daemon (debug build)
 #
 # Variables:
-#   PREFIX=/usr/local         binaries go to $(DESTDIR)$(PREFIX)/bin; the installed unit's
+#   PREFIX=/usr/local         binaries go to $(DESTDIR)$(PREFIX)/bin, the Grafana dashboard and
+#                             the alerting rules to $(PREFIX)/share/concierge; the installed unit's
 #                             ExecStart= is rewritten to match
 #   DESTDIR=                  staging root for packaging; when set, nothing outside it is
 #                             touched and systemctl is never called
@@ -46,6 +47,7 @@ RELEASE_FLAGS ?= -Xswiftc -enforce-exclusivity=unchecked -Xswiftc -cross-module-
 DEB_SCRATCH ?= .build-release
 DEB_OUT     ?= .
 
+DATADIR    ?= $(PREFIX)/share/concierge
 CONFDIR    := /etc/concierge
 UNITDIR    := /etc/systemd/system
 STATE_PATH := /var/lib/concierge/concierge.sqlite
@@ -75,6 +77,10 @@ install:
 	sed 's#/usr/local/bin/concierge #$(BINDIR)/concierge #' "$(UNIT_SRC)" > "$(DESTDIR)$(UNITDIR)/concierge.service.tmp"
 	chmod 0644 "$(DESTDIR)$(UNITDIR)/concierge.service.tmp"
 	mv -f "$(DESTDIR)$(UNITDIR)/concierge.service.tmp" "$(DESTDIR)$(UNITDIR)/concierge.service"
+	@# The Grafana dashboard and the Prometheus alerting rules (docs/operations.md, "Dashboards and alerts").
+	$(INSTALL) -d -m 0755 "$(DESTDIR)$(DATADIR)/grafana" "$(DESTDIR)$(DATADIR)/prometheus"
+	$(INSTALL) -m 0644 packaging/grafana/concierge.json "$(DESTDIR)$(DATADIR)/grafana/"
+	$(INSTALL) -m 0644 packaging/prometheus/concierge-alerts.yaml packaging/prometheus/concierge-alerts.test.yaml "$(DESTDIR)$(DATADIR)/prometheus/"
 	$(INSTALL) -d -m 0755 "$(DESTDIR)$(CONFDIR)"
 	@# The config is read by the service's dynamic user: 0644 (keep secrets out of it; use
 	@# environment variables set with Environment=/LoadCredential=). Never overwrite an operator's config.
@@ -115,6 +121,7 @@ install:
 uninstall:
 	@if $(SYSTEMCTL_OK); then systemctl disable --now concierge.service 2>/dev/null || true; fi
 	rm -f $(addprefix "$(DESTDIR)$(BINDIR)/,$(addsuffix ",$(BINARIES))) "$(DESTDIR)$(UNITDIR)/concierge.service"
+	rm -rf "$(DESTDIR)$(DATADIR)"
 	@if $(SYSTEMCTL_OK); then systemctl daemon-reload; fi
 	@echo "kept $(DESTDIR)$(CONFDIR) (config, admin token) and the cache state (/var/lib/private/concierge)"
 

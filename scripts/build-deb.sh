@@ -37,7 +37,8 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 root=$stage/root
 install -d "$root/DEBIAN" "$root/usr/bin" "$root/lib/systemd/system" "$root/etc/concierge" \
-    "$root/usr/share/bash-completion/completions" "$root/usr/share/zsh/vendor-completions" "$root/usr/share/doc/concierge"
+    "$root/usr/share/bash-completion/completions" "$root/usr/share/zsh/vendor-completions" "$root/usr/share/doc/concierge" \
+    "$root/usr/share/concierge/grafana" "$root/usr/share/concierge/prometheus"
 
 install -m 0755 -s "$BIN/concierge" "$BIN/concierge-sample-api" "$root/usr/bin/"
 sed 's#/usr/local/bin/concierge #/usr/bin/concierge #' systemd/concierge.service > "$root/lib/systemd/system/concierge.service"
@@ -47,6 +48,10 @@ install -m 0644 Config/concierge.yaml "$root/etc/concierge/concierge.yaml"
 "$BIN/concierge" --generate-completion-script zsh > "$root/usr/share/zsh/vendor-completions/_concierge"
 chmod 0644 "$root/usr/share/bash-completion/completions/concierge" "$root/usr/share/zsh/vendor-completions/_concierge"
 install -m 0644 README.md docs/*.md docs/openapi.yaml Config/demo.yaml "$root/usr/share/doc/concierge/"
+# The Grafana dashboard and the Prometheus alerting rules with their unit tests (docs/operations.md).
+install -m 0644 packaging/grafana/concierge.json "$root/usr/share/concierge/grafana/"
+install -m 0644 packaging/prometheus/concierge-alerts.yaml packaging/prometheus/concierge-alerts.test.yaml \
+    "$root/usr/share/concierge/prometheus/"
 install -m 0755 packaging/deb/postinst packaging/deb/prerm packaging/deb/postrm "$root/DEBIAN/"
 echo /etc/concierge/concierge.yaml > "$root/DEBIAN/conffiles"
 

@@ -72,7 +72,7 @@ check "config installed 0644 and equal to $CONFIG_SRC" sh -c "[ \$(stat -c %a '$
 check "admin.token created 0600"                   mode_is 600 "$C/admin.token"
 check "admin.token is 64 hex digits"               grep -Eqx '[0-9a-f]{64}' "$C/admin.token"
 check "installed tree holds exactly the expected files" sh -c "
-    cd '$D' && [ \"\$(find . -type f | sort | tr '\n' ' ')\" = './etc/concierge/admin.token ./etc/concierge/concierge.yaml ./etc/systemd/system/concierge.service ./usr/local/bin/concierge ./usr/local/bin/concierge-sample-api ' ]"
+    cd '$D' && [ \"\$(find . -type f | sort | tr '\n' ' ')\" = './etc/concierge/admin.token ./etc/concierge/concierge.yaml ./etc/systemd/system/concierge.service ./usr/local/bin/concierge ./usr/local/bin/concierge-sample-api ./usr/local/share/concierge/grafana/concierge.json ./usr/local/share/concierge/prometheus/concierge-alerts.test.yaml ./usr/local/share/concierge/prometheus/concierge-alerts.yaml ' ]"
 check "no systemctl call with DESTDIR set"         no_systemctl
 check "install says systemctl was not called"      grep -q 'systemctl not called' "$work/install1.log"
 
@@ -112,6 +112,7 @@ check "... saying to run make build, installing nothing" sh -c "grep -q 'make bu
 check "make uninstall exits 0"                     run_make "$work/uninstall.log" uninstall DESTDIR="$D" PREFIX=/usr/local
 check "uninstall removed the binaries"             test ! -e "$B/concierge" -a ! -e "$B/concierge-sample-api"
 check "uninstall removed the unit"                 test ! -e "$U"
+check "uninstall removed the dashboard and rules"  test ! -e "$D/usr/local/share/concierge"
 check "uninstall kept config and token"            test -f "$C/concierge.yaml" -a -f "$C/admin.token"
 check "still no systemctl call"                    no_systemctl
 

@@ -15,7 +15,7 @@ struct StatsWatch {
     static let gauges: Set<String> = ["entries", "bytes"]
     /// The order a reader expects; keys the daemon adds later follow, sorted.
     static let preferredOrder = ["requests", "hits", "misses", "stale", "bypass", "refreshes", "replays", "logouts",
-                                 "upstream_errors", "invalidations", "entries", "bytes"]
+                                 "upstream_errors", "token_request_failures", "loop_guard_trips", "invalidations", "entries", "bytes"]
 
     struct Sample {
         var values: [String: Int]

@@ -26,7 +26,7 @@ struct AdminOpenAPITests {
     func everyDeclaredOperationIsRouted() async throws {
         let declared = AdminOpenAPI.methodsByPath
         #expect(Set(declared.keys) == ["/health", "/openapi.yaml", "/metrics", "/stats", "/cache/invalidate", "/cache/entries",
-                                       "/session", "/environment", "/reload", "/fleet"])
+                                       "/session", "/environment", "/reload", "/fleet", "/ui"])
         #expect(declared["/session"] == ["GET", "PUT", "DELETE"])
         try await ConciergeTestRig.with { rig in
             for (path, methods) in declared {

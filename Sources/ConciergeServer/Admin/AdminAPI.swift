@@ -6,8 +6,9 @@ import Hummingbird
 import Logging
 import NIOCore
 
-/// Every admin route (docs/admin-api.md, docs/openapi.yaml) in one router. All but `/health` and
-/// `/openapi.yaml` need `Authorization: Bearer <token>`, compared in constant time.
+/// Every admin route (docs/admin-api.md, docs/openapi.yaml) in one router. All but `/health`,
+/// `/openapi.yaml` and the status page `/ui` need `Authorization: Bearer <token>`, compared in
+/// constant time.
 struct AdminAPI: Sendable {
     let control: AdminControl
     let token: String
@@ -32,6 +33,8 @@ struct AdminAPI: Sendable {
         router.put("/environment") { request, _ in try await switchEnvironment(request) }
         router.post("/reload") { _, _ in await reload() }
         router.get("/fleet") { _, _ in await fleet() }
+        router.get("/ui") { _, _ in StatusPage.page() }
+        router.get("/ui/stream") { _, _ in StatusPage(api: self).stream() }
         return router
     }
 
@@ -187,8 +190,13 @@ struct AdminAPI: Sendable {
     }
 
     func environment() -> Response {
-        json(["environment": .string(control.runtime.environment),
-              "upstreams": .object(Dictionary(uniqueKeysWithValues: control.runtime.current.settings.upstreams.map { ($0.name, JSONValue.string($0.baseURL)) }))])
+        json(environmentDescription())
+    }
+
+    /// `GET /environment`: the current environment and every upstream's base URL.
+    func environmentDescription() -> JSONValue {
+        ["environment": .string(control.runtime.environment),
+         "upstreams": .object(Dictionary(uniqueKeysWithValues: control.runtime.current.settings.upstreams.map { ($0.name, JSONValue.string($0.baseURL)) }))]
     }
 
     func switchEnvironment(_ request: Request) async throws -> Response {
@@ -207,7 +215,11 @@ struct AdminAPI: Sendable {
 
     /// `GET /fleet`: this node's place in its fleet; `{"state": "off"}` for a daemon on its own.
     func fleet() async -> Response {
-        guard let fleet = control.lifecycle.fleet else { return json(["state": "off"]) }
+        json(await fleetDescription())
+    }
+
+    func fleetDescription() async -> JSONValue {
+        guard let fleet = control.lifecycle.fleet else { return ["state": "off"] }
         // At once, so a database that does not answer costs one deadline, not three.
         let limit = fleet.config.timeout * 5
         async let counted = try? Deadline.run(limit) { try await fleet.database.tokenRequestCount() }
@@ -217,11 +229,11 @@ struct AdminAPI: Sendable {
         let delays: JSONValue = control.lifecycle.fleetInvalidations?.applyDelays.map { d in
             ["count": .int(Int64(d.count)), "p50": .double(d.p50), "p99": .double(d.p99), "max": .double(d.max)]
         } ?? .null
-        return json(["apply_delay_ms": delays, "name": .string(fleet.config.name), "node": .string(fleet.config.node),
-                     "state": .string(fleet.isReachable ? "ok" : "degraded"), "session_version": .int(fleet.appliedVersion),
-                     "applied_seq": .int(control.lifecycle.fleetInvalidations?.appliedSeq ?? 0),
-                     "token_requests": requests.map { .int(Int64($0)) } ?? .null, "seq": seq.map { .int($0) } ?? .null,
-                     "nodes": nodes.map { .array($0.map(Self.describe)) } ?? .null])
+        return ["apply_delay_ms": delays, "name": .string(fleet.config.name), "node": .string(fleet.config.node),
+                "state": .string(fleet.isReachable ? "ok" : "degraded"), "session_version": .int(fleet.appliedVersion),
+                "applied_seq": .int(control.lifecycle.fleetInvalidations?.appliedSeq ?? 0),
+                "token_requests": requests.map { .int(Int64($0)) } ?? .null, "seq": seq.map { .int($0) } ?? .null,
+                "nodes": nodes.map { .array($0.map(Self.describe)) } ?? .null]
     }
 
     /// A node of the fleet in `GET /fleet`: `ok` when it reported in the last 5 s (each node
@@ -275,7 +287,8 @@ struct AdminAuthMiddleware<Context: RequestContext>: RouterMiddleware {
     }
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        if request.uri.path == "/health" || request.uri.path == "/openapi.yaml" { return try await next(request, context) }
+        // The status page itself holds no data (it asks for the token and calls the API with it).
+        if ["/health", "/openapi.yaml", "/ui"].contains(request.uri.path) { return try await next(request, context) }
         guard let credentials = Self.bearerCredentials(request.headers[.authorization] ?? ""),
               Self.constantTimeEquals(credentials, token) else {
             return Response(status: .unauthorized, headers: [.contentType: "application/json", .wwwAuthenticate: "Bearer"],

@@ -19,6 +19,8 @@ struct AdminControl: Sendable {
     let refreshGauges: @Sendable () -> Void
     /// Re-reads the configuration file (`POST /reload`).
     let reload: @Sendable () async -> ConciergeDaemon.ReloadResult
+    /// The upstreams failing now (the status page).
+    var downUpstreams: @Sendable () -> [String] = { [] }
 
     var cache: CacheStore { lifecycle.cache }
     var stats: ProxyStats { lifecycle.stats }

@@ -17,7 +17,12 @@ public final class EventBus: Sendable {
         var nextID = 1
         var nextSubscriber = 0
         var subscribers: [Int: AsyncStream<ConciergeEvent>.Continuation] = [:]
+        /// The last ``recentLimit`` events, oldest first (the status page's history).
+        var recent: [ConciergeEvent] = []
     }
+
+    /// How many past events ``recentEvents()`` keeps.
+    public static let recentLimit = 50
 
     private let state = Mutex(State())
     public let bufferSize: Int
@@ -32,6 +37,8 @@ public final class EventBus: Sendable {
         let (event, subscribers) = state.withLock { s -> (ConciergeEvent, [(Int, AsyncStream<ConciergeEvent>.Continuation)]) in
             let e = ConciergeEvent(id: s.nextID, type: type, data: data, time: Date())
             s.nextID += 1
+            if s.recent.count == Self.recentLimit { s.recent.removeFirst() }
+            s.recent.append(e)
             return (e, Array(s.subscribers))
         }
         for (id, continuation) in subscribers {
@@ -55,6 +62,11 @@ public final class EventBus: Sendable {
             self?.state.withLock { _ = $0.subscribers.removeValue(forKey: id) }
         }
         return stream
+    }
+
+    /// The last events published (at most ``recentLimit``), oldest first.
+    public func recentEvents() -> [ConciergeEvent] {
+        state.withLock { $0.recent }
     }
 
     public func addObserver(_ observer: @escaping @Sendable (ConciergeEvent) -> Void) {

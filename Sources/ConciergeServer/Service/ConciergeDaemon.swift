@@ -308,7 +308,7 @@ public final class ConciergeDaemon: Sendable {
     var adminControl: AdminControl {
         AdminControl(runtime: runtime, lifecycle: lifecycle, logger: logger,
                      storageDegraded: { self.storageDegraded }, refreshGauges: { self.refreshCacheGauges() },
-                     reload: { await self.reload() })
+                     reload: { await self.reload() }, downUpstreams: { self.pipeline.exchange.health.downUpstreams })
     }
 }
 

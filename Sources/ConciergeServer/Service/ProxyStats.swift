@@ -13,10 +13,13 @@ import Synchronization
 public final class ProxyStats: Sendable {
     public enum Counter: Int, CaseIterable, Sendable {
         case requests, hits, misses, stale, bypass, refreshes, replays, logouts, upstreamErrors, invalidations
+        case tokenRequestFailures, loopGuardTrips
 
         var jsonName: String {
             switch self {
             case .upstreamErrors: return "upstream_errors"
+            case .tokenRequestFailures: return "token_request_failures"
+            case .loopGuardTrips: return "loop_guard_trips"
             default: return "\(self)"
             }
         }
@@ -35,6 +38,8 @@ public final class ProxyStats: Sendable {
             case .logouts: return "Sessions dropped (logout code, failed refresh, admin)."
             case .upstreamErrors: return "Upstream failures: refused connections, timeouts, 5xx."
             case .invalidations: return "Cache invalidations through the admin API and write endpoints."
+            case .tokenRequestFailures: return "Token requests (refresh, app token) that gave no token: refused, failed or unanswered."
+            case .loopGuardTrips: return "Token requests refused by the loop guard (session.max_refreshes)."
             }
         }
     }

@@ -12,6 +12,11 @@ final class UpstreamHealth: Sendable {
         self.events = events
     }
 
+    /// The upstreams failing now, by name.
+    var downUpstreams: [String] {
+        down.withLock { $0.sorted() }
+    }
+
     func mark(_ upstream: String, down isDown: Bool) {
         if !isDown, downCount.load(ordering: .acquiring) == 0 { return }
         let changed = down.withLock { set -> Bool in
