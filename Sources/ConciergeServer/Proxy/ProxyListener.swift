@@ -3,7 +3,6 @@ import NIOCore
 import NIOHTTP1
 import NIOPosix
 import ServiceLifecycle
-import Synchronization
 
 /// The proxy listener (raw SwiftNIO) as a `Service`: binds, serves until a graceful
 /// shutdown, then stops accepting and lets the requests in flight finish within
@@ -66,10 +65,11 @@ struct ProxyListener: Service {
         let acceptFailures = AcceptFailureLog(logger: logger)
         return try await ServerBootstrap(group: group)
             // Out of descriptors (EMFILE, ENFILE, ENOBUFS, ENOMEM): accept again a second later
-            // instead of spinning, and say so (once a minute).
+            // instead of spinning, and say so (once a minute). First in the pipeline: it sees
+            // the error before any other handler.
             .serverChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(acceptFailures.backoffHandler())
+                    try channel.pipeline.syncOperations.addHandler(acceptFailures.backoffHandler(), position: .first)
                 }
             }
             .serverChannelOption(.backlog, value: 1024)
@@ -103,42 +103,5 @@ struct ProxyListener: Service {
         try pipeline.addHandler(RepeatedHitHandler(proxy: proxy))
         try pipeline.addHandler(ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes)))
         try pipeline.addHandler(proxy)
-    }
-}
-
-/// Accept failures for lack of descriptors or memory: NIO's `AcceptBackoffHandler` waits a
-/// second before accepting again (the accept loop would otherwise spin a core), and the
-/// failure is logged at most once a minute.
-final class AcceptFailureLog: Sendable {
-    private let logger: Logger
-    private let lastLogged = Mutex<ContinuousClock.Instant?>(nil)
-    private let now: @Sendable () -> ContinuousClock.Instant
-
-    init(logger: Logger, now: @escaping @Sendable () -> ContinuousClock.Instant = { .now }) {
-        (self.logger, self.now) = (logger, now)
-    }
-
-    func backoffHandler() -> AcceptBackoffHandler {
-        AcceptBackoffHandler { [self] error in
-            let delay = AcceptBackoffHandler.defaultBackoffProvider(error: error)
-            if delay != nil { self.record(error) }
-            return delay
-        }
-    }
-
-    /// Logs `error` unless it was logged less than a minute ago; whether it logged.
-    @discardableResult
-    func record(_ error: IOError) -> Bool {
-        let at = now()
-        let due = lastLogged.withLock { last -> Bool in
-            guard last.map({ at - $0 >= .seconds(60) }) ?? true else { return false }
-            last = at
-            return true
-        }
-        if due {
-            logger.error("cannot accept connections: out of file descriptors or memory; retrying every second",
-                         metadata: ["error": "\(error)"])
-        }
-        return due
     }
 }

@@ -244,8 +244,14 @@ public final class ConciergeDaemon: Sendable {
         var adminLogger = logger
         adminLogger.logLevel = max(logger.logLevel, .warning)
         let logger = self.logger
+        let acceptFailures = AcceptFailureLog(logger: logger, listener: "admin")
         return Application(router: router, configuration: .init(address: address, serverName: "concierge-admin"),
                            onServerRunning: { channel in
+                               // Hummingbird's bootstrap takes no server channel handler of ours:
+                               // the accept back-off goes first in its pipeline once it is bound.
+                               try? await channel.eventLoop.submit {
+                                   try channel.pipeline.syncOperations.addHandler(acceptFailures.backoffHandler(), position: .first)
+                               }.get()
                                if let socketPath { chmod(socketPath, 0o600) }
                                logger.info("admin listening", metadata: ["address": "\(socketPath.map { "unix:\($0)" } ?? "\(channel.localAddress?.description ?? "?")")"])
                                readiness.adminBound(channel.localAddress?.port ?? 0)
