@@ -21,6 +21,8 @@ struct ProxyListener: Service {
     let logger: Logger
     /// Called with the bound port, for readiness (`READY=1`) and tests.
     let onBound: @Sendable (Int) -> Void
+    /// Counts the client connections (``MemoryReturnService``).
+    var connections = OpenConnections()
 
     /// How the two phases of ``run()`` end.
     private enum Phase: Sendable {
@@ -61,7 +63,7 @@ struct ProxyListener: Service {
     }
 
     private func bind(requests: RequestWorkQueue) async throws -> any Channel {
-        let context = self.context
+        let (context, connections) = (self.context, self.connections)
         let acceptFailures = AcceptFailureLog(logger: logger)
         return try await ServerBootstrap(group: group)
             // Out of descriptors (EMFILE, ENFILE, ENOBUFS, ENOMEM): accept again a second later
@@ -79,7 +81,9 @@ struct ProxyListener: Service {
             // A client that half-closes after a cut body still gets its 400.
             .childChannelOption(.allowRemoteHalfClosure, value: true)
             .childChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
+                connections.opened()
+                channel.closeFuture.whenComplete { _ in connections.closed() }
+                return channel.eventLoop.makeCompletedFuture {
                     try Self.configureConnection(channel.pipeline.syncOperations, responder: context, requests: requests)
                 }
             }

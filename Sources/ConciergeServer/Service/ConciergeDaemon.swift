@@ -157,7 +157,9 @@ public final class ConciergeDaemon: Sendable {
         let context = ProxyServerContext(pipeline: pipeline, stats: stats, requestLog: RequestLog(logger: requestLogger))
         guard case .tcp(let proxyHost, let proxyPort) = config.listen.proxy else { preconditionFailure("validated by the loader") }
         let readiness = self.readiness
-        let proxy = ProxyListener(context: context, host: proxyHost, port: proxyPort, group: group, logger: logger, onBound: { readiness.proxyBound($0) })
+        let connections = OpenConnections()
+        let proxy = ProxyListener(context: context, host: proxyHost, port: proxyPort, group: group, logger: logger,
+                                  onBound: { readiness.proxyBound($0) }, connections: connections)
 
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = []
         func add(_ service: any Service) {
@@ -172,6 +174,7 @@ public final class ConciergeDaemon: Sendable {
         add(revocation)
         add(SweeperService(daemon: self))
         add(StorageRecoveryService(daemon: self))
+        add(MemoryReturnService(connections: connections))
         add(NotifierService(daemon: self, readiness: readiness))
         if handleSignals { add(ReloadSignalService(daemon: self)) }
         if let admin = try makeAdminService() {
