@@ -24,7 +24,7 @@ struct DescriptorLimitTests {
         (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").count) ?? 0
     }
 
-    @Test("at its descriptor limit (256, with 440 connections held) a daemon rests under 30 % of a core, logs once per listener, and serves again when they close")
+    @Test("at its descriptor limit (256, with 440 connections held) a daemon rests under 10 % of a core, logs once per listener, and serves again when they close")
     func restsAtTheLimit() async throws {
         let api = try await SampleAPI.start()
         let dir = try TempDir()
@@ -52,7 +52,9 @@ struct DescriptorLimitTests {
         let after = try #require(Self.cpuTime(daemon.pid))
         let share = (after - before) / window
         print("descriptor limit: the daemon used \(Int(share * 100)) % of a core over \(window) with \(held.count) connections held")
-        #expect(share < 0.30, "the accept loop spins: \(share) of a core")
+        // Resting, the daemon uses about nothing; spinning, whatever share of a core a busy
+        // machine gives it (19 % with the suite's builds beside it, 97-100 % alone).
+        #expect(share < 0.10, "the accept loop spins: \(share) of a core")
         // Once a minute per listener (proxy and admin).
         let logged = daemon.output.components(separatedBy: "cannot accept connections").count - 1
         let minutes = Int((ContinuousClock.now - began) / .seconds(60)) + 1
