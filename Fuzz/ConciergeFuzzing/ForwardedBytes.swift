@@ -19,7 +19,7 @@ extension FuzzTargets {
         var request = received
         CommonParamsStep(common: fuzzCommon).apply(to: &request)
         TokenInjector(points: [.query(name: "accessToken")]).inject("tok", into: &request)
-        _ = CacheKey.make(method: method, upstreamBaseURL: "http://u", path: request.path, params: request.query + request.body.params,
+        _ = CacheKey.make(method: method, upstreamBaseURL: "http://u", path: request.path, params: request.query, body: request.body,
                           excluding: ["accessToken"], userID: nil, version: 1)
         checkQuery(client: query, forwarded: request.target)
         checkBody(client: body, forwarded: request.body.bytes, received: received.body)

@@ -70,44 +70,6 @@ public enum FuzzTargets {
         }
     }
 
-    /// The request canonicalisation behind the cache key. Input: a target line, a
-    /// content-type line, then the body (form or JSON, any bytes). The key is deterministic,
-    /// has no raw space, CR or LF in its URL-and-params part, and does not depend on the
-    /// order of the query params.
-    public static func cacheKey(_ data: [UInt8]) {
-        let lines = data.split(separator: UInt8(ascii: "\n"), maxSplits: 2, omittingEmptySubsequences: false)
-        let target = "/" + String(decoding: lines.first ?? [], as: UTF8.self)
-        let contentType = lines.count > 1 ? String(decoding: lines[1], as: UTF8.self) : nil
-        let body = lines.count > 2 ? Array(lines[2]) : []
-        // What a listener can deliver: NIO's parser and the batch parser accept visible
-        // ASCII targets only.
-        guard HTTPFieldSyntax.isOriginFormTarget(target) else { return }
-        func key(_ target: String) -> String {
-            var request = ProxyRequest(method: "POST", target: target, body: RequestBody.parse(body, contentType: contentType))
-            request.headers.add(name: "Content-Type", value: contentType ?? "")
-            let params = request.query + (request.paramsGoInQuery ? [] : request.body.params)
-            return CacheKey.make(method: request.method, upstreamBaseURL: "http://u", path: request.path, params: params,
-                                 excluding: ["timestamp"], userID: "user 1", version: 1)
-        }
-        let first = key(target)
-        guard first == key(target) else { preconditionFailure("cache key is not deterministic") }
-        let paramsPart = first.split(separator: " ")[1]
-        guard !paramsPart.contains(where: { $0 == "\r" || $0 == "\n" }) else { preconditionFailure("raw CR/LF in a cache key") }
-        if let q = target.firstIndex(of: "?") {
-            // The key read from the query as received equals the one from its parsed params.
-            let raw = target[target.index(after: q)...]
-            let excluding: Set<String> = ["timestamp", "a b", "x", "%", "é"]
-            let viaParams = CacheKey.make(method: "GET", upstreamBaseURL: "http://u", path: "/p", params: QueryString.parse(String(raw)),
-                                          excluding: excluding, userID: nil, version: 1)
-            let viaRaw = CacheKey.make(method: "GET", upstreamBaseURL: "http://u", path: "/p", rawQuery: raw,
-                                       excluding: ExcludedParams(excluding), userID: nil, version: 1)
-            guard viaParams == viaRaw else { preconditionFailure("the key read from the raw query differs from the parsed params' key") }
-            let pieces = target[target.index(after: q)...].split(separator: "&", omittingEmptySubsequences: false)
-            let reversed = String(target[...q]) + pieces.reversed().joined(separator: "&")
-            guard key(reversed) == first else { preconditionFailure("cache key depends on the order of query params") }
-        }
-    }
-
     /// The code-only envelope read against the full parser: whenever the scan says the text
     /// is JSON, the parser agrees, and both find the same value at each path.
     public static func jsonScan(_ data: [UInt8]) {

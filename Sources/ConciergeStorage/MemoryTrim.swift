@@ -6,11 +6,11 @@ import Synchronization
 /// Gives memory the process freed back to the system (glibc keeps freed heap in its arenas).
 /// After the writer works off a long backlog of queued entries, their buffers are free but
 /// would stay in the process's RSS.
-enum MemoryTrim {
+public enum MemoryTrim {
     private static let last = Mutex<ContinuousClock.Instant?>(nil)
 
     /// At most once every 5 s.
-    static func returnFreedMemory() {
+    public static func returnFreedMemory() {
         let now = ContinuousClock.now
         let due = last.withLock { last -> Bool in
             if let previous = last, now - previous < .seconds(5) { return false }

@@ -250,6 +250,12 @@ public final class StorageDatabase: Sendable {
             try db.execute(sql: "DROP INDEX IF EXISTS cache_entry_last_access")
             try db.execute(sql: "DROP INDEX IF EXISTS cache_entry_endpoint")
         }
+        migrator.registerMigration("v7: cache keys that tell every request apart") { db in
+            // Keys now keep duplicate params in their order and give the body a part of its
+            // own: a row stored under the old format could answer a request it never saw
+            // (`?a=2&a=1` was stored as `?a=1&a=2`). The cache starts empty once.
+            try db.execute(sql: "DELETE FROM cache_tag; DELETE FROM cache_entry")
+        }
         return migrator
     }
 

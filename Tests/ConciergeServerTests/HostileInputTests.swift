@@ -139,6 +139,19 @@ struct HostileInputTests {
         }
     }
 
+    @Test("Content-Length with Transfer-Encoding is 400 in either order (RFC 9112 §6.1) and never reaches the upstream", arguments: [
+        "Content-Length: 5\r\nTransfer-Encoding: chunked", "Transfer-Encoding: chunked\r\nContent-Length: 5",
+        "content-length: 5\r\ntransfer-encoding: gzip, chunked",
+    ])
+    func lengthWithTransferCoding(fields: String) async throws {
+        try await Self.withRecordingRig { rig, upstream in
+            let head = "POST /raw/upload HTTP/1.1\r\nHost: 127.0.0.1\r\n\(fields)\r\n\r\n"
+            let reply = try await RawSocket.exchange(head + "5\r\nhello\r\n0\r\n\r\n", port: rig.proxyPort)
+            #expect(reply.hasPrefix("HTTP/1.1 400"), "\(fields): \(reply.prefix(60))")
+            #expect(upstream.connectionCount == 0)
+        }
+    }
+
     @Test("a stalled body is answered 408 after limits.body_timeout and the upstream request is aborted")
     func stalledBody() async throws {
         try await Self.withRecordingRig(extra: "limits: { body_timeout: 1s }\n") { rig, upstream in

@@ -41,7 +41,7 @@ public struct JSONObjectText: Sendable {
         }
     }
 
-    private func value(at member: Member) -> JSONValue? {
+    func value(at member: Member) -> JSONValue? {
         bytes.withUnsafeBufferPointer { JSONScan.decode(UnsafeBufferPointer(rebasing: $0[member.value])) }
     }
 

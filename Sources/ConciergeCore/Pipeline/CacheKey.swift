@@ -1,38 +1,53 @@
+import Crypto
 import NIOHTTP1
 
-/// The documented, human-readable cache key (docs/configuration.md):
+/// The documented, human-readable cache key (docs/caching.md):
 ///
-///     METHOD SP upstream-base-URL path ["?" sorted-params] [SP "user=" id] SP "v=" version
+///     METHOD SP upstream-base-URL path ["?" query-params] [SP body] [SP "user=" id] SP "v=" version
 ///
 /// e.g. `GET https://api.example.com/api/items?limit=10&offset=0 v=1`. Regex invalidation
-/// runs over this text.
+/// runs over this text. Different requests never share a key: params are sorted by name only
+/// (pairs of one name keep their order), the body has a part of its own (``writeBody(_:excluding:into:)``:
+/// `form:` pairs, `json:` typed members, or `body=` and a digest of any other bytes), and every
+/// piece is percent-encoded, so no value can fake a separator. A new part goes before `user=`.
 public enum CacheKey {
     /// Builds the key.
     /// - Parameters:
-    ///   - params: query and form/JSON-top-level body params as sent upstream (token excluded by the caller or via `excluding`).
-    ///   - excluding: volatile param names and the injected-token names.
-    public static func make(method: String, upstreamBaseURL: String, path: String, params: [Param],
+    ///   - params: the query's params as sent upstream (token excluded by the caller or via `excluding`).
+    ///   - body: the request body as sent upstream, before the token and the signature.
+    ///   - excluding: volatile param names and the injected-token names (query and body alike).
+    public static func make(method: String, upstreamBaseURL: String, path: String, params: [Param], body: RequestBody = .empty,
                             excluding: Set<String>, userID: String?, version: Int) -> String {
-        make(method: method, upstreamBaseURL: upstreamBaseURL, path: path, paramBytes: params.reduce(0) { $0 + $1.name.utf8.count + $1.value.utf8.count + 2 },
-             hasParams: !params.isEmpty, userID: userID, version: version) { key in
+        make(method: method, upstreamBaseURL: upstreamBaseURL, path: path, params: params, body: body,
+             excluding: ExcludedParams(excluding), userID: userID, version: version)
+    }
+
+    /// ``make(method:upstreamBaseURL:path:params:body:excluding:userID:version:)`` with the
+    /// exclusions made once a configuration.
+    public static func make(method: String, upstreamBaseURL: String, path: String, params: [Param], body: RequestBody = .empty,
+                            excluding: ExcludedParams, userID: String?, version: Int) -> String {
+        make(method: method, upstreamBaseURL: upstreamBaseURL, path: path,
+             paramBytes: params.reduce(0) { $0 + $1.name.utf8.count + $1.value.utf8.count + 2 }, hasParams: !params.isEmpty,
+             body: body, excluding: excluding, userID: userID, version: version) { key in
             QueryString.writeKeyCanonical(params, excluding: excluding, into: &key)
         }
     }
 
-    /// ``make(method:upstreamBaseURL:path:params:excluding:userID:version:)`` with the params
-    /// of a query as received (and no others), read from its text.
-    public static func make(method: String, upstreamBaseURL: String, path: String, rawQuery: Substring,
+    /// ``make(method:upstreamBaseURL:path:params:body:excluding:userID:version:)`` with the
+    /// params of a query as received (and no others), read from its text.
+    public static func make(method: String, upstreamBaseURL: String, path: String, rawQuery: Substring, body: RequestBody = .empty,
                             excluding: ExcludedParams, userID: String?, version: Int) -> String {
-        make(method: method, upstreamBaseURL: upstreamBaseURL, path: path, paramBytes: rawQuery.utf8.count,
-             hasParams: !rawQuery.isEmpty, userID: userID, version: version) { key in
+        make(method: method, upstreamBaseURL: upstreamBaseURL, path: path, paramBytes: rawQuery.utf8.count, hasParams: !rawQuery.isEmpty,
+             body: body, excluding: excluding, userID: userID, version: version) { key in
             QueryString.writeKeyCanonical(rawQuery: rawQuery, excluding: excluding, into: &key)
         }
     }
 
     private static func make(method: String, upstreamBaseURL: String, path: String, paramBytes: Int, hasParams: Bool,
-                             userID: String?, version: Int, writeParams: (inout TextBuilder) -> Void) -> String {
+                             body: RequestBody, excluding: ExcludedParams, userID: String?, version: Int,
+                             writeParams: (inout TextBuilder) -> Void) -> String {
         var key = TextBuilder(capacity: method.utf8.count + upstreamBaseURL.utf8.count + path.utf8.count + 16
-                              + paramBytes + (userID?.utf8.count ?? 0))
+                              + paramBytes + bodyBytes(body) + (userID?.utf8.count ?? 0))
         key.append(method)
         key.append(byte: UInt8(ascii: " "))
         key.append(upstreamBaseURL)
@@ -44,6 +59,7 @@ public enum CacheKey {
             // Every param excluded (or none written): no `?`.
             if key.count == before { key.removeLast() }
         }
+        writeBody(body, excluding: excluding, into: &key)
         if let userID {
             key.append(" user=" as StaticString)
             key.append(QueryString.percentEncode(userID))
@@ -51,6 +67,68 @@ public enum CacheKey {
         key.append(" v=" as StaticString)
         key.append(version)
         return key.text
+    }
+
+    /// How many hex characters of the body's SHA-256 the key holds (128 bits).
+    static let digestCharacters = 32
+
+    /// The body's part of the key, after a space: nothing for no body; `form:` and the form's
+    /// pairs (normalised as the query's); `json:` and a JSON object's top-level members,
+    /// a string as `name=text`, any other value as `name:=literal` (so `1`, `"1"`, `true` and
+    /// `null` differ; `:` in a name is escaped, so `:=` is never part of one); and for any other
+    /// body (XML, GraphQL, a JSON array or scalar, binary, a form that is not UTF-8) `body=` and
+    /// the first ``digestCharacters`` hex characters of the SHA-256 of its bytes.
+    static func writeBody(_ body: RequestBody, excluding: ExcludedParams, into key: inout TextBuilder) {
+        switch body {
+        case .empty:
+            return
+        case .form(let params, _):
+            key.append(" form:" as StaticString)
+            QueryString.writeKeyCanonical(params, excluding: excluding, into: &key)
+        case .json(let object):
+            key.append(" json:" as StaticString)
+            writeMembers(object, excluding: excluding, into: &key)
+        case .opaque(let bytes):
+            key.append(" body=" as StaticString)
+            var hash = SHA256()
+            bytes.withUnsafeBytes { hash.update(bufferPointer: $0) }
+            let hex = "0123456789abcdef" as StaticString
+            for byte in hash.finalize().prefix(digestCharacters / 2) {
+                key.append(byte: hex.utf8Start[Int(byte >> 4)])
+                key.append(byte: hex.utf8Start[Int(byte & 0x0F)])
+            }
+        }
+    }
+
+    /// A JSON object's top-level members, excluded names left out, ordered by name.
+    private static func writeMembers(_ object: JSONObjectText, excluding: ExcludedParams, into key: inout TextBuilder) {
+        var pairs = KeyPairs(scratch: 3 * object.bytes.count, pairs: object.members.count)
+        for member in object.members where !excluding.excludes(member.name) {
+            let text = object.literal(of: member)
+            guard text.first == UInt8(ascii: "\"") else {
+                pairs.add(name: member.name, value: text, literal: true)
+                continue
+            }
+            if !text.contains(UInt8(ascii: "\\")) {
+                // No escapes: the text between the quotes is the string (the scan checked its UTF-8).
+                pairs.add(name: member.name, value: text.dropFirst().dropLast(), literal: false)
+            } else if case .string(let decoded)? = object.value(at: member) {
+                pairs.add(name: member.name, value: decoded.utf8, literal: false)
+            } else {
+                pairs.add(name: member.name, value: text, literal: true)
+            }
+        }
+        pairs.write(into: &key)
+    }
+
+    /// About how many bytes the body's part takes, to reserve them.
+    private static func bodyBytes(_ body: RequestBody) -> Int {
+        switch body {
+        case .empty: return 0
+        case .form(_, let original): return original.count + 16
+        case .json(let object): return object.bytes.count + 16
+        case .opaque: return 6 + digestCharacters
+        }
     }
 }
 

@@ -181,18 +181,16 @@ public struct PreparedRequest: Sendable {
     }
 
     private func makeCacheKey() -> String {
-        let bodyParams = request.paramsGoInQuery ? [] : request.body.params
         // With HTTP caching a `HEAD` is answered from the stored `GET` (RFC 9110 §9.3.2).
         let method = endpoint.httpCaching && request.method == "HEAD" ? "GET" : request.method
         let version = endpoint.cache.version ?? config.settings.cache.version
-        if bodyParams.isEmpty, let rawQuery = request.rawQuery {
+        if let rawQuery = request.rawQuery {
             // The query as received, unchanged by any step: its params read from its text.
             return CacheKey.make(method: method, upstreamBaseURL: upstream.baseURL, path: request.path, rawQuery: rawQuery,
-                                 excluding: config.excludedKeyParams, userID: scope.userID, version: version)
+                                 body: request.body, excluding: config.excludedKeyParams, userID: scope.userID, version: version)
         }
-        let params = bodyParams.isEmpty ? request.query : request.query + bodyParams
-        return CacheKey.make(method: method, upstreamBaseURL: upstream.baseURL, path: request.path, params: params,
-                             excluding: config.keyExclusions, userID: scope.userID, version: version)
+        return CacheKey.make(method: method, upstreamBaseURL: upstream.baseURL, path: request.path, params: request.query,
+                             body: request.body, excluding: config.excludedKeyParams, userID: scope.userID, version: version)
     }
 
     /// The key a `GET` of `target` on this request's upstream, endpoint and scope is stored
@@ -202,7 +200,7 @@ public struct PreparedRequest: Sendable {
         var get = ProxyRequest(method: "GET", target: target)
         config.commonParams.apply(to: &get)
         return CacheKey.make(method: "GET", upstreamBaseURL: upstream.baseURL, path: get.path, params: get.query,
-                             excluding: config.keyExclusions, userID: scope.userID,
+                             excluding: config.excludedKeyParams, userID: scope.userID,
                              version: endpoint.cache.version ?? config.settings.cache.version)
     }
 

@@ -121,9 +121,10 @@ public enum QueryString {
         return joined(pairs)
     }
 
-    /// The cache key's parameter string: pairs sorted as in ``canonical(_:)``, but each in its
-    /// written form normalised only where RFC 3986 §6.2.2 calls two forms equivalent
-    /// (``appendNormalized(_:to:)``), so `%FF` and `%FE`, or two GBK words, stay apart.
+    /// The cache key's parameter string: pairs sorted by encoded name only, stably (pairs of one
+    /// name keep their order: `a=2&a=1` is not `a=1&a=2`, the upstream may read the last one),
+    /// each in its written form normalised only where RFC 3986 §6.2.2 calls two forms
+    /// equivalent (``appendNormalized(_:to:)``), so `%FF` and `%FE`, or two GBK words, stay apart.
     public static func keyCanonical<S: Sequence>(_ params: S) -> String where S.Element == Param {
         var out = TextBuilder(capacity: 64)
         writeKeyCanonical(Array(params), into: &out)
@@ -132,11 +133,14 @@ public enum QueryString {
 
     /// ``keyCanonical(_:)`` written straight into a key being built, leaving out the params
     /// named in `excluding`. Each kept pair is normalised (or percent-encoded) into one scratch
-    /// buffer and the pairs are ordered by their bytes: every piece is ASCII, where String
-    /// order is byte order. No string per name and value, no filtered copy of the list, and a
-    /// name is hashed against `excluding` only when some excluded name has its length.
+    /// buffer and the pairs are ordered by their names' bytes (``KeyPairs``): every piece is
+    /// ASCII, where String order is byte order. No string per name and value, no filtered copy
+    /// of the list, and a name is hashed against `excluding` only when some excluded name has its length.
     static func writeKeyCanonical(_ params: [Param], excluding: Set<String> = [], into out: inout TextBuilder) {
-        let excluded = ExcludedParams(excluding)
+        writeKeyCanonical(params, excluding: ExcludedParams(excluding), into: &out)
+    }
+
+    static func writeKeyCanonical(_ params: [Param], excluding excluded: ExcludedParams, into out: inout TextBuilder) {
         var pairs = KeyPairs(scratch: params.reduce(0) {
             $0 + ($1.wire?.utf8.count ?? 3 * ($1.name.utf8.count + $1.value.utf8.count)) + 8
         }, pairs: params.count)
@@ -212,7 +216,8 @@ public enum QueryString {
         return withUnsafeTemporaryAllocation(of: Place.self, capacity: pieces) { places -> Bool in
             func name(_ p: Place) -> UnsafeBufferPointer<UInt8> { UnsafeBufferPointer(rebasing: bytes[p.start..<p.equals]) }
             func value(_ p: Place) -> UnsafeBufferPointer<UInt8> { UnsafeBufferPointer(rebasing: bytes[min(p.equals + 1, p.end)..<p.end]) }
-            func before(_ a: Place, _ b: Place) -> Bool { inKeyOrder((name(a), value(a)), (name(b), value(b))) }
+            // By name only: pairs of one name keep their order (insertion moves only past greater names).
+            func before(_ a: Place, _ b: Place) -> Bool { KeyPairs.order(name(a), name(b)) < 0 }
             var count = 0
             forEachPair(bytes) { start, equals, end in
                 let place = Place(start: start, equals: equals, end: end)
@@ -236,72 +241,9 @@ public enum QueryString {
         }
     }
 
-    /// The kept pairs of a key's parameter string, normalised into one scratch buffer, then
-    /// written in byte order.
-    private struct KeyPairs {
-        /// A pair's place in the scratch bytes: the name is `start..<equals`, the value `equals..<end`.
-        struct Span {
-            var start: Int
-            var equals: Int
-            var end: Int
-        }
-
-        var scratch: [UInt8] = []
-        var spans: [Span] = []
-
-        init(scratch capacity: Int, pairs: Int) {
-            scratch.reserveCapacity(capacity)
-            spans.reserveCapacity(pairs)
-        }
-
-        mutating func add(wire: UnsafeBufferPointer<UInt8>) {
-            let start = scratch.count
-            let equals = appendNormalizedPair(wire, to: &scratch)
-            spans.append(Span(start: start, equals: equals, end: scratch.count))
-        }
-
-        mutating func add(name: String, value: String) {
-            let start = scratch.count
-            appendPercentEncoded(name, to: &scratch)
-            let equals = scratch.count
-            appendPercentEncoded(value, to: &scratch)
-            spans.append(Span(start: start, equals: equals, end: scratch.count))
-        }
-
-        mutating func write(into out: inout TextBuilder) {
-            scratch.withUnsafeBufferPointer { bytes in
-                func piece(_ range: Range<Int>) -> UnsafeBufferPointer<UInt8> { UnsafeBufferPointer(rebasing: bytes[range]) }
-                if spans.count > 1 {
-                    spans.sort { a, b in
-                        inKeyOrder((piece(a.start..<a.equals), piece(a.equals..<a.end)), (piece(b.start..<b.equals), piece(b.equals..<b.end)))
-                    }
-                }
-                for (index, span) in spans.enumerated() {
-                    if index > 0 { out.append("&" as StaticString) }
-                    out.append(piece(span.start..<span.equals))
-                    out.append("=" as StaticString)
-                    out.append(piece(span.equals..<span.end))
-                }
-            }
-        }
-    }
-
-    /// The key's order of two pairs: by name's bytes, then by value's.
-    private static func inKeyOrder(_ a: (name: UnsafeBufferPointer<UInt8>, value: UnsafeBufferPointer<UInt8>),
-                                   _ b: (name: UnsafeBufferPointer<UInt8>, value: UnsafeBufferPointer<UInt8>)) -> Bool {
-        let names = order(a.name, b.name)
-        return names != 0 ? names < 0 : order(a.value, b.value) < 0
-    }
-
-    /// Byte order of `a` and `b`: negative, zero or positive.
-    private static func order(_ a: UnsafeBufferPointer<UInt8>, _ b: UnsafeBufferPointer<UInt8>) -> Int {
-        for i in 0..<min(a.count, b.count) where a[i] != b[i] { return Int(a[i]) - Int(b[i]) }
-        return a.count - b.count
-    }
-
     /// A written `name=value` pair normalised into `out` (a pair without `=` is a name with an
     /// empty value); returns where in `out` the value starts.
-    static func appendNormalizedPair(_ wire: UnsafeBufferPointer<UInt8>, to out: inout [UInt8]) -> Int {
+    public static func appendNormalizedPair(_ wire: UnsafeBufferPointer<UInt8>, to out: inout [UInt8]) -> Int {
         guard let eq = wire.firstIndex(of: UInt8(ascii: "=")) else {
             appendNormalized(wire, to: &out)
             return out.count
@@ -344,7 +286,13 @@ public enum QueryString {
 
     /// ``percentEncode(_:)`` of `text`, appended to `out`.
     static func appendPercentEncoded(_ text: String, to out: inout [UInt8]) {
-        for b in text.utf8 {
+        appendPercentEncoded(bytes: text.utf8, to: &out)
+    }
+
+    /// ``percentEncode(_:)`` of bytes, appended to `out`.
+    @inline(__always)
+    static func appendPercentEncoded<S: Sequence<UInt8>>(bytes: S, to out: inout [UInt8]) {
+        for b in bytes {
             if isUnreserved(b) {
                 out.append(b)
             } else {

@@ -390,6 +390,8 @@ struct ProxyConnectionStateMachine {
         case .headerOverflow: return .error(431, "request header block too large")
         case .invalidMethod: return .error(501, "method not implemented")
         case .invalidEOFState: return .error(400, "malformed request: connection closed before the request ended")
+        // RFC 9112 §6.1, §6.3: the length is ambiguous (see ``RequestHeadCheck/refined(_:read:)``).
+        case .unexpectedContentLength: return .error(400, "malformed request: Content-Length with Transfer-Encoding, or two Content-Length fields")
         // llhttp's "invalid Transfer-Encoding" (a coding other than a final chunked without a
         // length) has no case of its own in NIO.
         case .unknown: return .error(501, "unsupported transfer coding or framing")

@@ -50,6 +50,8 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var routeMemo = ConnectionRouteMemo()
     /// The route decided when the last head arrived, for the request it dispatches (routed once).
     private var routeOfNextDispatch: PreparedRequest.Route?
+    /// The read the decoder is given, while it reads it (``RepeatedHitHandler``): what a parser error is judged by.
+    var decoderInput: ByteBuffer?
     /// The body of the running request while it streams in.
     private var streamedBody: (continuation: AsyncThrowingStream<ByteBuffer, any Error>.Continuation, outcome: ClientBodyOutcome)?
 
@@ -116,7 +118,8 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         if watch.watching { watch.others += 1 }
         if let parserError = error as? HTTPParserError {
-            if let event = machine.admit(.parserError(parserError)) { handle(event, context: context) }
+            let refined = RequestHeadCheck.refined(parserError, read: decoderInput)
+            if let event = machine.admit(.parserError(refined)) { handle(event, context: context) }
         } else {
             execute(machine.connectionFailed(), context: context)
         }

@@ -3,7 +3,6 @@ import NIOCore
 import NIOHTTP1
 import NIOPosix
 import ServiceLifecycle
-import Synchronization
 
 /// The proxy listener (raw SwiftNIO) as a `Service`: binds, serves until a graceful
 /// shutdown, then stops accepting and lets the requests in flight finish within
@@ -22,6 +21,8 @@ struct ProxyListener: Service {
     let logger: Logger
     /// Called with the bound port, for readiness (`READY=1`) and tests.
     let onBound: @Sendable (Int) -> Void
+    /// Counts the client connections (``MemoryReturnService``).
+    var connections = OpenConnections()
 
     /// How the two phases of ``run()`` end.
     private enum Phase: Sendable {
@@ -62,14 +63,15 @@ struct ProxyListener: Service {
     }
 
     private func bind(requests: RequestWorkQueue) async throws -> any Channel {
-        let context = self.context
+        let (context, connections) = (self.context, self.connections)
         let acceptFailures = AcceptFailureLog(logger: logger)
         return try await ServerBootstrap(group: group)
             // Out of descriptors (EMFILE, ENFILE, ENOBUFS, ENOMEM): accept again a second later
-            // instead of spinning, and say so (once a minute).
+            // instead of spinning, and say so (once a minute). First in the pipeline: it sees
+            // the error before any other handler.
             .serverChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(acceptFailures.backoffHandler())
+                    try channel.pipeline.syncOperations.addHandler(acceptFailures.backoffHandler(), position: .first)
                 }
             }
             .serverChannelOption(.backlog, value: 1024)
@@ -79,7 +81,9 @@ struct ProxyListener: Service {
             // A client that half-closes after a cut body still gets its 400.
             .childChannelOption(.allowRemoteHalfClosure, value: true)
             .childChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
+                connections.opened()
+                channel.closeFuture.whenComplete { _ in connections.closed() }
+                return channel.eventLoop.makeCompletedFuture {
                     try Self.configureConnection(channel.pipeline.syncOperations, responder: context, requests: requests)
                 }
             }
@@ -103,42 +107,5 @@ struct ProxyListener: Service {
         try pipeline.addHandler(RepeatedHitHandler(proxy: proxy))
         try pipeline.addHandler(ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes)))
         try pipeline.addHandler(proxy)
-    }
-}
-
-/// Accept failures for lack of descriptors or memory: NIO's `AcceptBackoffHandler` waits a
-/// second before accepting again (the accept loop would otherwise spin a core), and the
-/// failure is logged at most once a minute.
-final class AcceptFailureLog: Sendable {
-    private let logger: Logger
-    private let lastLogged = Mutex<ContinuousClock.Instant?>(nil)
-    private let now: @Sendable () -> ContinuousClock.Instant
-
-    init(logger: Logger, now: @escaping @Sendable () -> ContinuousClock.Instant = { .now }) {
-        (self.logger, self.now) = (logger, now)
-    }
-
-    func backoffHandler() -> AcceptBackoffHandler {
-        AcceptBackoffHandler { [self] error in
-            let delay = AcceptBackoffHandler.defaultBackoffProvider(error: error)
-            if delay != nil { self.record(error) }
-            return delay
-        }
-    }
-
-    /// Logs `error` unless it was logged less than a minute ago; whether it logged.
-    @discardableResult
-    func record(_ error: IOError) -> Bool {
-        let at = now()
-        let due = lastLogged.withLock { last -> Bool in
-            guard last.map({ at - $0 >= .seconds(60) }) ?? true else { return false }
-            last = at
-            return true
-        }
-        if due {
-            logger.error("cannot accept connections: out of file descriptors or memory; retrying every second",
-                         metadata: ["error": "\(error)"])
-        }
-        return due
     }
 }

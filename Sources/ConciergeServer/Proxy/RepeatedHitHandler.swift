@@ -46,7 +46,7 @@ final class RepeatedHitHandler: ChannelInboundHandler, RemovableChannelHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard decoderAtBoundary else {
-            context.fireChannelRead(data)
+            toDecoder(data, context: context)
             return
         }
         let bytes = unwrapInboundIn(data)
@@ -66,8 +66,16 @@ final class RepeatedHitHandler: ChannelInboundHandler, RemovableChannelHandler {
             return
         }
         let alone = RequestHeadBoundary.endsAtItsOnlyBlankLine(bytes)
-        context.fireChannelRead(data)
+        toDecoder(data, context: context)
         decoderAtBoundary = proxy.endWatch(alone ? bytes : nil) && alone
+    }
+
+    /// Hands a read on to the decoder, shown to the proxy handler meanwhile: the decoder
+    /// reports a refused head while it reads (``RequestHeadCheck/refined(_:read:)``).
+    private func toDecoder(_ data: NIOAny, context: ChannelHandlerContext) {
+        proxy.decoderInput = unwrapInboundIn(data)
+        context.fireChannelRead(data)
+        proxy.decoderInput = nil
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {

@@ -1,5 +1,6 @@
 import ConciergeCore
 import NIOHTTP1
+import NIOCore
 
 /// The checks a request head passes before routing (docs/hardening.md): header block size,
 /// method, transfer coding, target form, `Host`, `Expect`; header names with `_` are dropped.
@@ -42,6 +43,26 @@ enum RequestHeadCheck {
             for name in underscored { head.headers.remove(name: name) }
         }
         return nil
+    }
+
+    /// NIO's parser reports `Transfer-Encoding` after a `Content-Length` as it reports an
+    /// unknown transfer coding (`unknown`, answered 501); a head with both is a malformed
+    /// request (RFC 9112 §6.1), 400, as when the `Content-Length` comes second
+    /// (`unexpectedContentLength`). Told apart by the read the parser refused: a head that
+    /// names a `Content-Length` in it is the former.
+    static func refined(_ error: HTTPParserError, read: ByteBuffer?) -> HTTPParserError {
+        guard error == .unknown, let read else { return error }
+        let name = Array("content-length:".utf8)
+        let found = read.withUnsafeReadableBytes { bytes -> Bool in
+            var start = 0
+            while let newline = bytes[start...].firstIndex(of: UInt8(ascii: "\n")) {
+                start = newline + 1
+                guard bytes.count - start >= name.count else { return false }
+                if name.indices.allSatisfy({ bytes[start + $0] | 0x20 == name[$0] | 0x20 }) { return true }
+            }
+            return false
+        }
+        return found ? .unexpectedContentLength : error
     }
 
     /// A `Host` value a connection's earlier request passed with, and the configuration.

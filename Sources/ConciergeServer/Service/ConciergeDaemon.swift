@@ -157,7 +157,9 @@ public final class ConciergeDaemon: Sendable {
         let context = ProxyServerContext(pipeline: pipeline, stats: stats, requestLog: RequestLog(logger: requestLogger))
         guard case .tcp(let proxyHost, let proxyPort) = config.listen.proxy else { preconditionFailure("validated by the loader") }
         let readiness = self.readiness
-        let proxy = ProxyListener(context: context, host: proxyHost, port: proxyPort, group: group, logger: logger, onBound: { readiness.proxyBound($0) })
+        let connections = OpenConnections()
+        let proxy = ProxyListener(context: context, host: proxyHost, port: proxyPort, group: group, logger: logger,
+                                  onBound: { readiness.proxyBound($0) }, connections: connections)
 
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = []
         func add(_ service: any Service) {
@@ -172,6 +174,7 @@ public final class ConciergeDaemon: Sendable {
         add(revocation)
         add(SweeperService(daemon: self))
         add(StorageRecoveryService(daemon: self))
+        add(MemoryReturnService(connections: connections))
         add(NotifierService(daemon: self, readiness: readiness))
         if handleSignals { add(ReloadSignalService(daemon: self)) }
         if let admin = try makeAdminService() {
@@ -244,8 +247,14 @@ public final class ConciergeDaemon: Sendable {
         var adminLogger = logger
         adminLogger.logLevel = max(logger.logLevel, .warning)
         let logger = self.logger
+        let acceptFailures = AcceptFailureLog(logger: logger, listener: "admin")
         return Application(router: router, configuration: .init(address: address, serverName: "concierge-admin"),
                            onServerRunning: { channel in
+                               // Hummingbird's bootstrap takes no server channel handler of ours:
+                               // the accept back-off goes first in its pipeline once it is bound.
+                               try? await channel.eventLoop.submit {
+                                   try channel.pipeline.syncOperations.addHandler(acceptFailures.backoffHandler(), position: .first)
+                               }.get()
                                if let socketPath { chmod(socketPath, 0o600) }
                                logger.info("admin listening", metadata: ["address": "\(socketPath.map { "unix:\($0)" } ?? "\(channel.localAddress?.description ?? "?")")"])
                                readiness.adminBound(channel.localAddress?.port ?? 0)

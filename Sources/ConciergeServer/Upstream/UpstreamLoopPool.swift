@@ -169,7 +169,12 @@ final class UpstreamLoopPool {
 
     private func connectFailed(_ connection: ConnectionID, in origin: Origin, reason: String) {
         let (owner, next) = origin.state.removed(connection)
-        if let owner { finish(owner, .failure(.unreachable("cannot connect to \(origin.key): \(reason)"))) }
+        if let owner {
+            // A connect cut short by the request's own deadline (its wait for a connection
+            // took the rest) is the request timing out: 504, not an unreachable upstream.
+            let timedOut = exchanges[owner].map { $0.deadline <= .now() } ?? false
+            finish(owner, .failure(timedOut ? .timeout : .unreachable("cannot connect to \(origin.key): \(reason)")))
+        }
         perform(next, in: origin)
     }
 
