@@ -250,6 +250,11 @@ public final class StorageDatabase: Sendable {
             try db.execute(sql: "DROP INDEX IF EXISTS cache_entry_last_access")
             try db.execute(sql: "DROP INDEX IF EXISTS cache_entry_endpoint")
         }
+        migrator.registerMigration("v7: the cache's invalidation journal") { db in
+            // Large invalidations, recorded in the transaction that acknowledges them and
+            // finished (or replayed at start-up) in slices: `InvalidationJournal`.
+            try db.execute(sql: InvalidationJournal.createTable)
+        }
         return migrator
     }
 
