@@ -36,7 +36,11 @@ struct DurableInvalidationTests {
         var servedAgain = 0
         var listedAgain = 0
         var countedAgain = 0
-        var description: String { "served \(servedAgain)/\(DurableInvalidationTests.samples), listed \(listedAgain), counted \(countedAgain)" }
+        /// From starting the second daemon to its `/health`, with the replay pending.
+        var startedIn = Duration.zero
+        var description: String {
+            "served \(servedAgain)/\(DurableInvalidationTests.samples), listed \(listedAgain), counted \(countedAgain); restart to /health \(startedIn)"
+        }
     }
 
     static func config(storage: String, apiPort: Int) -> String {
@@ -119,9 +123,11 @@ struct DurableInvalidationTests {
         let restartOn = try await stop(first, storage)
         _ = try? await first.wait(limit: .seconds(10))
 
+        let restarted = ContinuousClock.now
         let (second, proxyAgain, adminAgain) = try await start(storage: restartOn, apiPort: apiPort)
         defer { second.signal(SIGKILL) }
         var aftermath = Aftermath()
+        aftermath.startedIn = ContinuousClock.now - restarted
         // Listed first: right after start-up, while a replay may still be deleting.
         let listed = try await ConciergeTestRig.send(.GET, adminAgain + "/cache/entries?limit=10000&pattern=d%3D", headers: [auth])
         guard case .array(let entries)? = listed.json?[path: "entries"] else { throw DaemonError("no listing: \(listed.text)") }

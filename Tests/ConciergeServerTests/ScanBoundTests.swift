@@ -23,9 +23,14 @@ struct ScanBoundTests {
         while true {
             let query = Array(repeating: String(repeating: "a", count: 22) + "!", count: runs).joined()
             let key = "GET http://127.0.0.1:1/api/items?q=\(query) v=1"
-            let began = ContinuousClock.now
-            #expect(try !matcher.matches(key))
-            if ContinuousClock.now - began >= perKey || runs >= 4_096 { return key }
+            // The fastest of three: a first call's one-time costs do not count.
+            var fastest = Duration.seconds(60)
+            for _ in 0..<3 {
+                let began = ContinuousClock.now
+                #expect(try !matcher.matches(key))
+                fastest = min(fastest, ContinuousClock.now - began)
+            }
+            if fastest >= perKey || runs >= 4_096 { return key }
             runs *= 2
         }
     }
