@@ -52,11 +52,16 @@ public final class CacheStore: Sendable {
         hot = HotTier(capacityBytes: memoryBytes, entryOverhead: encodeHead == nil ? 0 : HotTier.allocationOverhead)
         // The rows are read by the writer as it starts, between its batches (``KeyIndex``):
         // start-up takes the same time with a million entries as with none.
-        let ceiling = try database.pool.read { db in try Int64.fetchOne(db, sql: "SELECT MAX(rowid) FROM cache_entry") ?? 0 }
+        // Invalidations a stop cut short are read too: their rows are doomed before anything is
+        // served, and their deletion goes on first (``InvalidationJournal``).
+        let (ceiling, unfinished) = try database.pool.read { db in
+            (try Int64.fetchOne(db, sql: "SELECT MAX(rowid) FROM cache_entry") ?? 0, try InvalidationJournal.pending(db))
+        }
         let index = SharedKeyIndex(KeyIndex(loadingUpTo: ceiling))
         reader = CacheReader(database: database, hot: hot, index: index, accesses: AccessLog(), clock: clock,
                              logger: logger, encodeHead: encodeHead)
         writer = CacheWriter(reader: reader, maxBytes: maxBytes, groupCommitDelay: groupCommitDelay)
+        writer.replayJournal(unfinished, ceiling: ceiling)
     }
 
     // MARK: Reads
@@ -108,6 +113,13 @@ public final class CacheStore: Sendable {
     /// How long one pattern scan (an invalidation or a page of entries) may take.
     public static let patternScanLimit = Duration.seconds(10)
 
+    /// Ends every scan under way (pattern invalidations, listings) at once with
+    /// ``KeyPatternError/cancelled`` and refuses new ones: the daemon's graceful shutdown
+    /// waits for no scan.
+    public func stopScans() {
+        reader.scanStop.stop()
+    }
+
     // MARK: Writes
 
     /// Puts the entry in the hot tier at once and queues it for SQLite.
@@ -153,7 +165,8 @@ public final class CacheStore: Sendable {
         case .tags(let tags):
             // What is queued first (it is older than this call), then the tag index.
             await flush()
-            let matched = try await reader.rows(taggedWith: tags)
+            var matched = try await reader.rows(taggedWith: tags)
+            matched.selector = criteria.json
             hot.remove(where: criteria)
             hot.remove(keys: matched.keys)
             return try await withCheckedThrowingContinuation { continuation in
@@ -201,7 +214,9 @@ public final class CacheStore: Sendable {
     /// shutdown never wait for the scan; a scan that exceeds a limit removes nothing.
     public func invalidate(matching pattern: KeyPattern, within limit: Duration = patternScanLimit) async throws -> Int {
         await flush()
-        let (matched, spent) = try await reader.rows(matching: pattern, within: limit)
+        let (found, spent) = try await reader.rows(matching: pattern, within: limit)
+        var matched = found
+        matched.selector = InvalidationCriteria.pattern(pattern.source).json
         // The hot tier's keys get what the scan left of the limit.
         try hot.removeKeys(matching: pattern, until: .now + (limit - spent))
         return try await withCheckedThrowingContinuation { continuation in

@@ -192,7 +192,7 @@ public final class HotTier: Sendable {
         let matcher = pattern.matcher()
         var matched: [String] = []
         for (n, key) in keys.enumerated() {
-            if n % 256 == 0, ContinuousClock.now >= deadline { throw .deadlineExceeded(CacheStore.patternScanLimit, keysScanned: n) }
+            if n % ScanBound.checkEvery == 0, ContinuousClock.now >= deadline { throw .deadlineExceeded(CacheStore.patternScanLimit, keysScanned: n) }
             if try matcher.matches(key) { matched.append(key) }
         }
         remove(keys: matched)

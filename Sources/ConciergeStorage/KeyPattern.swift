@@ -124,6 +124,8 @@ public enum KeyPatternError: Error, Equatable, CustomStringConvertible {
     case limitExceeded(String)
     /// The scan over every key did not finish within its deadline (an admin `422`).
     case deadlineExceeded(Duration, keysScanned: Int)
+    /// The daemon is stopping: the scan ended at once (an admin `503`).
+    case cancelled
 
     public var description: String {
         switch self {
@@ -131,6 +133,7 @@ public enum KeyPatternError: Error, Equatable, CustomStringConvertible {
         case .limitExceeded(let limit): return "the pattern exceeded \(limit) on a cache key; nothing was invalidated: simplify it"
         case .deadlineExceeded(let limit, let keys):
             return "the pattern's scan did not finish within \(limit) (\(keys) keys scanned); nothing was invalidated: simplify it"
+        case .cancelled: return "the scan was cancelled: the daemon is stopping; nothing was invalidated"
         }
     }
 }

@@ -256,6 +256,11 @@ public final class StorageDatabase: Sendable {
             // (`?a=2&a=1` was stored as `?a=1&a=2`). The cache starts empty once.
             try db.execute(sql: "DELETE FROM cache_tag; DELETE FROM cache_entry")
         }
+        migrator.registerMigration("v8: the cache's invalidation journal") { db in
+            // Large invalidations, recorded in the transaction that acknowledges them and
+            // finished (or replayed at start-up) in slices: `InvalidationJournal`.
+            try db.execute(sql: InvalidationJournal.createTable)
+        }
         return migrator
     }
 

@@ -57,9 +57,12 @@ public final class RuntimeConfig: Sendable {
         }
     }
 
-    /// Current cache version of each cacheable endpoint (for the sweeper).
+    /// Current cache version of each cacheable endpoint (for the sweeper), and of the
+    /// pass-through when top-level `cache.mode: http` stores its replies: an endpoint missing
+    /// here is gone from the config and its entries are swept whatever their freshness.
     public var cacheVersions: [String: Int] {
         var out: [String: Int] = [:]
+        if settings.cache.mode == .http { out[settings.cache.passThrough.name] = settings.cache.version }
         for e in settings.endpoints { out[e.name] = e.cache.version ?? settings.cache.version }
         return out
     }

@@ -154,7 +154,9 @@ struct AdminAPI: Sendable {
             guard let v = Int(l), (1...10_000).contains(v) else { return error(.badRequest, "limit must be 1...10000") }
             limit = v
         }
-        let cursor = query.get("cursor").flatMap { $0.isEmpty ? nil : $0 }
+        // The cursor is a key (it holds spaces): read as a form decodes it, `+` a space, which
+        // the router's own query decoding leaves as `+`.
+        let cursor = QueryString.parse(request.uri.query ?? "").last { $0.name == "cursor" }.flatMap { $0.value.isEmpty ? nil : $0.value }
         let page: (entries: [CacheStore.EntrySummary], next: String?)
         do {
             page = try await control.cache.entries(pattern: pattern, limit: limit, cursor: cursor)
@@ -257,6 +259,7 @@ struct AdminAPI: Sendable {
         switch error {
         case .invalid(let message): return json(["error": .string("invalid regex: \(message)")], status: .badRequest)
         case .limitExceeded, .deadlineExceeded: return json(["error": .string(error.description)], status: .unprocessableContent)
+        case .cancelled: return json(["error": .string(error.description)], status: .serviceUnavailable)
         }
     }
 }

@@ -136,7 +136,8 @@ actor FleetInvalidations {
                 let batch = try await Deadline.run(config.timeout * 5) { try await self.database.invalidations(after: after) }
                 for logged in batch {
                     if logged.origin != config.node {
-                        await apply(logged)
+                        // Cut short by the daemon's stop: left unapplied, for the next start.
+                        guard await apply(logged) else { return }
                         let delay = max(0, Date().timeIntervalSince1970 - logged.loggedAt)
                         stats.recordFleetApplyDelay(delay)
                         delays.withLock { d in
@@ -162,12 +163,13 @@ actor FleetInvalidations {
     }
 
     /// Applies another node's invalidation; a pattern that exceeds a limit on this node's keys
-    /// empties the cache rather than leave entries the fleet meant to remove.
-    private func apply(_ logged: FleetDatabase.LoggedInvalidation) async {
+    /// empties the cache rather than leave entries the fleet meant to remove. `false` when the
+    /// daemon's stop cut its scan short: the number is not advanced, the next start applies it.
+    private func apply(_ logged: FleetDatabase.LoggedInvalidation) async -> Bool {
         guard let criteria = InvalidationCriteria(json: logged.criteria) else {
             logger.error("fleet: an invalidation this version cannot read; emptying the cache", metadata: ["seq": "\(logged.seq)"])
             _ = try? await cache.invalidate(.all)
-            return
+            return true
         }
         do {
             if case .pattern(let source) = criteria {
@@ -175,10 +177,13 @@ actor FleetInvalidations {
             } else {
                 _ = try await cache.invalidate(criteria)
             }
+        } catch KeyPatternError.cancelled {
+            return false
         } catch {
             logger.warning("fleet: an invalidation failed here; emptying the cache instead",
                            metadata: ["seq": "\(logged.seq)", "error": "\(FleetDatabase.describe(error))"])
             _ = try? await cache.invalidate(.all)
         }
+        return true
     }
 }

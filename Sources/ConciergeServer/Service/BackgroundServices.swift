@@ -19,6 +19,18 @@ struct CacheWriterService: Service {
     }
 }
 
+/// Added last, so the first the group tells of a graceful shutdown: it ends the cache's scans
+/// at once, before the listeners wait for the requests in flight (a runaway listing would
+/// otherwise hold SIGTERM for its whole time bound).
+struct ScanStopService: Service {
+    let cache: CacheStore
+
+    func run() async throws {
+        try? await gracefulShutdown()
+        cache.stopScans()
+    }
+}
+
 /// Every 30 s: deletes expired and old-version entries, updates gauges and `STATUS=`.
 struct SweeperService: Service {
     let daemon: ConciergeDaemon

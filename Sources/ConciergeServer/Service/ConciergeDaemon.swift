@@ -11,7 +11,8 @@ import Synchronization
 /// The whole daemon: storage, session, pipeline, listeners, and the services that run
 /// them as one `ServiceGroup` (`concierge serve`).
 ///
-/// Shutdown order (reverse of start): the proxy stops accepting and finishes requests in
+/// Shutdown order (reverse of start): the cache's scans end at once (a listing or pattern
+/// invalidation under way answers `503`), the proxy stops accepting and finishes requests in
 /// flight, then the admin listener, the sweeper and notifier stop, and last the cache
 /// writer commits what is queued before SQLite is closed.
 public final class ConciergeDaemon: Sendable {
@@ -183,6 +184,7 @@ public final class ConciergeDaemon: Sendable {
             readiness.adminBound(nil)
         }
         add(proxy)
+        add(ScanStopService(cache: cache))
         var configuration = ServiceGroupConfiguration(services: services, logger: logger)
         if handleSignals { configuration.gracefulShutdownSignals = [.sigterm, .sigint] }
         let serviceGroup = ServiceGroup(configuration: configuration)

@@ -18,6 +18,8 @@ final class CacheReader: Sendable {
     let accesses: AccessLog
     let clock: WallClock
     let logger: Logger
+    /// Ends every scan at once when the daemon stops (``ScanBound``).
+    let scanStop = ScanStop()
     /// Encodes an entry's head as it enters the hot tier (`nil`: hits build their head).
     private let encodeHead: (@Sendable (CacheEntry) -> EncodedHead?)?
 
@@ -86,16 +88,17 @@ final class CacheReader: Sendable {
 
     /// A page of entries ordered by key, after `cursor` (exclusive); committed rows only. With a
     /// pattern, rows are read in slices of ``scanSliceRows``, each its own read, until the page
-    /// is full, the keys end or `deadline` passes.
+    /// is full, the keys end or `deadline` passes (checked within a slice: ``ScanBound``).
     func entries(pattern: KeyPattern?, limit: Int, cursor: String?,
                  until deadline: ContinuousClock.Instant) async throws -> (entries: [CacheStore.EntrySummary], next: String?) {
         let now = clock.now
         let matcher = pattern?.matcher()
+        let bound = ScanBound(deadline: deadline, stop: scanStop)
         var result: [CacheStore.EntrySummary] = []
         var after = cursor ?? ""
         var scanned = 0
         while result.count <= limit {
-            if ContinuousClock.now >= deadline { throw KeyPatternError.deadlineExceeded(CacheStore.patternScanLimit, keysScanned: scanned) }
+            try bound.check(scanned: 0)
             let began = index.beginRead()
             defer { index.endRead(began) }
             let from = after
@@ -110,6 +113,7 @@ final class CacheReader: Sendable {
             for row in rows {
                 let key: String = row["key"]
                 after = key
+                if matcher != nil { try bound.check(scanned: scanned) }
                 scanned += 1
                 if let matcher, try !matcher.matches(key) { continue }
                 if index.isDoomed(row["rowid"]) { continue }
@@ -164,11 +168,12 @@ final class CacheReader: Sendable {
         var spent = Duration.zero
         while true {
             try Task.checkCancellation()
+            if scanStop.isStopped { throw KeyPatternError.cancelled }
             if spent >= budget { throw KeyPatternError.deadlineExceeded(CacheStore.patternScanLimit, keysScanned: scanned) }
-            let (from, remaining) = (after, budget - spent)
+            let (from, remaining, stop) = (after, budget - spent, scanStop)
             let (slice, took) = try await database.pool.read { db in
                 let started = ContinuousClock.now
-                let slice = try Self.matchSlice(db, pattern, after: from, deadline: started + remaining)
+                let slice = try Self.matchSlice(db, pattern, after: from, bound: ScanBound(deadline: started + remaining, stop: stop))
                 return (slice, ContinuousClock.now - started)
             }
             spent += took
@@ -180,7 +185,7 @@ final class CacheReader: Sendable {
         }
     }
 
-    private static func matchSlice(_ db: Database, _ pattern: KeyPattern, after: Int64, deadline: ContinuousClock.Instant) throws
+    private static func matchSlice(_ db: Database, _ pattern: KeyPattern, after: Int64, bound: ScanBound) throws
         -> (matched: CacheWriter.MatchedRows, lastRowid: Int64?, scanned: Int) {
         let statement = try db.cachedStatement(sql: "SELECT rowid, key, size FROM cache_entry WHERE rowid > ? ORDER BY rowid LIMIT ?")
         let raw = statement.sqliteStatement
@@ -199,7 +204,7 @@ final class CacheReader: Sendable {
             let rowid = sqlite3_column_int64(raw, 0)
             last = rowid
             scanned += 1
-            if scanned % 256 == 0, ContinuousClock.now >= deadline { throw KeyPatternError.deadlineExceeded(CacheStore.patternScanLimit, keysScanned: scanned) }
+            try bound.check(scanned: scanned)
             guard let text = sqlite3_column_text(raw, 1) else { continue }
             let key = UnsafeRawBufferPointer(start: text, count: Int(sqlite3_column_bytes(raw, 1)))
             guard try matcher.matches(key) else { continue }

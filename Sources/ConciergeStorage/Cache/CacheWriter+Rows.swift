@@ -148,6 +148,7 @@ extension CacheWriter {
             // (the whole table goes without visiting rows), less the rows invalidated already.
             let rowsDeleted = db.changesCount
             try db.execute(sql: "DELETE FROM cache_tag")
+            try InvalidationJournal.clear(in: db)
             facts.withLock { $0.removeAll() }
             return index.update { index in
                 defer { index.deletedAll() }
@@ -264,59 +265,6 @@ extension CacheWriter {
         }
         facts.withLock { facts in for row in marked { facts.setUsableUntil(row.rowid, row.usableUntil) } }
         return marked.count
-    }
-
-    /// Pattern invalidation, once a scan off the writer found the rows: those still holding the
-    /// key they were matched under (a point read each, straight from SQLite's buffers) go. Up to
-    /// ``inlineDeleteLimit`` are deleted at once; more are doomed (unservable and counted out
-    /// now) and deleted in slices by later work.
-    func deleteMatched(_ candidates: [KeyIndex.Row], in db: Database, now: Double) throws -> Int {
-        let check = try db.cachedStatement(sql: "SELECT key, size FROM cache_entry WHERE rowid = ?")
-        let raw = check.sqliteStatement
-        var matched: [KeyIndex.Row] = []
-        var keys: [String] = []
-        for candidate in candidates where !index.isDoomed(candidate.rowid) {
-            sqlite3_reset(raw)
-            sqlite3_bind_int64(raw, 1, candidate.rowid)
-            let rc = sqlite3_step(raw)
-            if rc == SQLITE_DONE { continue }  // deleted since the scan
-            guard rc == SQLITE_ROW else { throw DatabaseError(resultCode: ResultCode(rawValue: rc), message: "row check failed") }
-            guard let text = sqlite3_column_text(raw, 0) else { continue }
-            let key = UnsafeRawBufferPointer(start: text, count: Int(sqlite3_column_bytes(raw, 0)))
-            guard KeyHash.of(key) == candidate.hash else { continue }
-            matched.append(KeyIndex.Row(rowid: candidate.rowid, hash: candidate.hash, size: Int(sqlite3_column_int64(raw, 1))))
-            if matched.count <= Self.inlineDeleteLimit { keys.append(String(decoding: key, as: UTF8.self)) }
-        }
-        sqlite3_reset(raw)
-        guard !matched.isEmpty else { return 0 }
-        if matched.count <= Self.inlineDeleteLimit {
-            let delete = try db.cachedStatement(sql: "DELETE FROM cache_entry WHERE rowid = ?")
-            for row in matched { try delete.execute(arguments: [row.rowid]) }
-            try dropTags(of: keys, in: db)
-            index.update { index in for row in matched { index.deleted(row) } }
-            facts.withLock { facts in for row in matched { facts.remove(row.rowid) } }
-        } else {
-            let token = index.update { $0.doom(matched) }
-            followUp(.deleteDoomed(DoomedRows(rowids: matched.map(\.rowid), token: token, storedUpTo: now)))
-        }
-        return matched.count
-    }
-
-    /// One slice of a doomed deletion; rows stored again since the invalidation are kept.
-    func deleteDoomedSlice(_ rows: DoomedRows, in db: Database) throws {
-        let slice = Array(rows.rowids[rows.next..<min(rows.next + DoomedRows.sliceRows, rows.rowids.count)])
-        let delete = try db.cachedStatement(sql: "DELETE FROM cache_entry WHERE rowid = ? AND stored_at <= ? RETURNING key")
-        var keys: [String] = []
-        var deleted: [Int64] = []
-        for rowid in slice {
-            if let key = try String.fetchOne(delete, arguments: [rowid, rows.storedUpTo]) {
-                keys.append(key)
-                deleted.append(rowid)
-            }
-        }
-        try dropTags(of: keys, in: db)
-        facts.withLock { facts in for rowid in deleted { facts.remove(rowid) } }
-        index.update { $0.deletedDoomed(slice, token: rows.token) }
     }
 
     /// Deletes the rows past all their windows that ``RowFacts`` holds (all but those the key

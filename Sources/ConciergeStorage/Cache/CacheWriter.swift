@@ -29,27 +29,11 @@ final class CacheWriter: Sendable {
         case barrier(CheckedContinuation<Void, Never>)
     }
 
-    /// Rows doomed by one invalidation, deleted by the writer in slices of ``sliceRows``.
-    struct DoomedRows: Sendable {
-        var rowids: [Int64]
-        var next = 0
-        var token: UInt64
-        /// A row stored again after this instant is kept (an upsert gives it a new `stored_at`).
-        var storedUpTo: Double
-        static let sliceRows = 2000
-    }
-
-    /// Rows a pattern scan matched: the writer deletes those still there under the same key.
-    struct MatchedRows: Sendable {
-        var rows: [KeyIndex.Row]
-        var keys: [String]
-    }
-
     /// The read side, whose database, hot tier, key index, access log and clock the writer shares.
     let reader: CacheReader
     let maxBytes: Int
     /// The queued work and the writer thread's wait, under one lock.
-    private let queue = Mutex(Queue())
+    let queue = Mutex(Queue())
     /// Ends a wait of the writer thread: signalled once per wait, by whoever ends it
     /// (``Queue/waiting`` says whether one is under way).
     private let signal = DispatchSemaphore(value: 0)
@@ -57,14 +41,14 @@ final class CacheWriter: Sendable {
     /// Work that the current batch asks for once it commits (dropped if it rolls back).
     private let followUps = Mutex<[Work]>([])
     /// Callers of ``indexLoaded()`` while the index loads; `nil` once it is loaded (or the writer stopped).
-    private let loadWaiters: Mutex<[CheckedContinuation<Void, Never>]?>
+    let loadWaiters: Mutex<[CheckedContinuation<Void, Never>]?>
     /// Each row's times, endpoint, version and user, for the sweep, eviction and invalidation.
     /// Only the writer's thread uses it; the lock is uncontended and makes the class `Sendable`.
     let facts = Mutex(RowFacts())
     /// ``batchStatements(_:)``, once prepared.
-    private let preparedStatements = StatementSlot()
+    let preparedStatements = StatementSlot()
 
-    private struct Queue {
+    struct Queue {
         var work: [Work] = []
         var waiting = Waiting.no
         var stopping = false
@@ -72,7 +56,7 @@ final class CacheWriter: Sendable {
         var passAgain = false
     }
 
-    private enum Waiting {
+    enum Waiting {
         case no
         /// For any work.
         case idle
@@ -261,7 +245,7 @@ final class CacheWriter: Sendable {
     /// Commits what is queued, batch after batch. Puts that arrived while a batch committed
     /// are gathered like the first ones, so a steady stream of misses goes in transactions of
     /// ``groupCommitDelay``'s worth, not in one per commit's duration.
-    private func drain() {
+    func drain() {
         var committed = false
         while true {
             if committed { gatherPuts() }
@@ -302,7 +286,7 @@ final class CacheWriter: Sendable {
         do {
             (results, wrote) = try database.pool.writeWithoutTransaction { db -> ([Result<Int, any Error>], Bool) in
                 let statements = try self.batchStatements(db)
-                return try Self.inTransaction(db, statements) {
+                return try Self.inTransaction(db, statements, durable: batch.contains(where: \.acknowledgesInvalidation)) {
                     let changesBefore = db.totalChangesCount
                     self.index.update { $0.beginBatch() }
                     let upsert = statements.upsert
@@ -363,47 +347,6 @@ final class CacheWriter: Sendable {
         reader.hot.remove(keys: removedKeys)
     }
 
-    /// The statements every batch runs, prepared once on the writer's connection (the pool's
-    /// one writer, for the life of the database): GRDB's statement cache hashes the whole SQL
-    /// text at each lookup, the upsert's 600 characters every batch.
-    struct BatchStatements {
-        let begin: Statement
-        let commit: Statement
-        let upsert: Statement
-    }
-
-    /// Where ``batchStatements(_:)`` keeps them. `@unchecked Sendable`: written and read only
-    /// on the writer's thread, inside the pool's writer, whose connection the statements
-    /// belong to; no other thread ever sees the slot's contents.
-    final class StatementSlot: @unchecked Sendable {
-        var statements: BatchStatements?
-    }
-
-    private func batchStatements(_ db: Database) throws -> BatchStatements {
-        if let prepared = preparedStatements.statements { return prepared }
-        let prepared = BatchStatements(begin: try db.makeStatement(sql: "BEGIN IMMEDIATE TRANSACTION"),
-                                       commit: try db.makeStatement(sql: "COMMIT TRANSACTION"),
-                                       upsert: try db.makeStatement(sql: Self.upsertSQL))
-        preparedStatements.statements = prepared
-        return prepared
-    }
-
-    /// A batch's transaction (`BEGIN IMMEDIATE` … `COMMIT`, rolled back on an error) through
-    /// prepared statements: `DatabaseWriter.write` compiles both again for every transaction.
-    static func inTransaction<T>(_ db: Database, _ statements: BatchStatements, _ body: () throws -> T) throws -> T {
-        try statements.begin.execute()
-        do {
-            let result = try body()
-            try statements.commit.execute()
-            return result
-        } catch {
-            // A failed COMMIT may have ended the transaction already (SQLite rolls back on
-            // some errors); otherwise nothing of the batch stays.
-            if db.isInsideTransaction { try? db.rollback() }
-            throw error
-        }
-    }
-
     /// One work item inside the batch's transaction; the count of entries it removed.
     private func apply(_ work: Work, in db: Database, now: Double, upsert: Statement) throws -> Int {
         switch work {
@@ -413,7 +356,7 @@ final class CacheWriter: Sendable {
         case .invalidate(let criteria, _):
             return try delete(criteria, in: db, now: now)
         case .deleteMatched(let matched, _):
-            return try deleteMatched(matched.rows, in: db, now: now)
+            return try deleteMatched(matched, in: db, now: now)
         case .sweep(let versions, _):
             return try sweep(db, versions: versions, now: now)
         case .deleteDoomed(let rows):
@@ -470,95 +413,5 @@ final class CacheWriter: Sendable {
             rowFacts.append(time)
         }
         return (rows, rowFacts)
-    }
-
-    // MARK: - Loading the index
-
-    /// Rows read per slice while the index loads: about 10 ms of reading each, so queued work
-    /// waits at most that long for the writer.
-    static let loadSliceRows: Int64 = 8192
-
-    /// Reads the rows present at start-up into the key index, a slice of rowids at a time, with
-    /// the work queued meanwhile committed between slices. Until it is done, lookups read
-    /// SQLite for every key and the totals count the rows read so far.
-    private func loadIndex() {
-        guard index.isLoading else { return }
-        let began = ContinuousClock.now
-        var failures = 0
-        while !isStopping, let slice = index.update({ $0.nextLoadSlice(Self.loadSliceRows) }) {
-            do {
-                // Between batches: no write is in flight, so the slice is as the index was told.
-                let (rows, rowFacts) = try database.pool.read { db in try Self.rows(db, after: slice.after, upTo: slice.upTo) }
-                index.update { $0.loaded(rows, through: slice.upTo) }
-                facts.withLock { facts in
-                    for row in rowFacts { facts.set(row) }
-                }
-            } catch {
-                failures += 1
-                if failures == 1 { logger.error("cache index: reading the rows failed; retrying", metadata: ["error": "\(error)"]) }
-                Thread.sleep(forTimeInterval: 0.1)
-            }
-            if queue.withLock({ !$0.work.isEmpty }) { drain() }
-        }
-        for waiter in loadWaiters.withLock({ waiters in defer { waiters = nil }; return waiters ?? [] }) { waiter.resume() }
-        if !index.isLoading {
-            let totals = index.totals
-            logger.info("cache index loaded", metadata: ["entries": "\(totals.entries)", "bytes": "\(totals.bytes)",
-                                                         "seconds": "\(ContinuousClock.now - began)"])
-            // Eviction waited for every row's access time.
-            if !isStopping, needsEviction { evict() }
-        }
-    }
-
-    /// Returns once the rows present at start-up are in the index (or the writer stopped first).
-    func indexLoaded() async {
-        await withCheckedContinuation { continuation in
-            let waiting = loadWaiters.withLock { waiters -> Bool in
-                guard waiters != nil else { return false }
-                waiters?.append(continuation)
-                return true
-            }
-            if !waiting { continuation.resume() }
-        }
-    }
-
-    /// The rows with a rowid in `after + 1 ... upTo` (a range of the table's b-tree), and their facts.
-    static func rows(_ db: Database, after: Int64, upTo: Int64) throws -> ([KeyIndex.Row], [RowFacts.Row]) {
-        var rows: [KeyIndex.Row] = []
-        var rowFacts: [RowFacts.Row] = []
-        rows.reserveCapacity(Int(min(upTo - after, loadSliceRows)))
-        rowFacts.reserveCapacity(Int(min(upTo - after, loadSliceRows)))
-        try forEachRow(db, sql: "\(rowColumns) WHERE rowid > ? AND rowid <= ?",
-                       bounds: [after, upTo]) { row, time in
-            rows.append(row)
-            rowFacts.append(time)
-        }
-        return (rows, rowFacts)
-    }
-
-    /// Each row's id, key hash and size, and its facts, straight from SQLite's buffers (no
-    /// string per key).
-    static let rowColumns = "SELECT rowid, key, size, usable_until, last_access, endpoint, version, user_id FROM cache_entry"
-
-    static func forEachRow(_ db: Database, sql: String = rowColumns,
-                           bounds: [Int64] = [], _ body: (KeyIndex.Row, RowFacts.Row) -> Void) throws {
-        let statement = try db.makeStatement(sql: sql)
-        let raw = statement.sqliteStatement
-        for (n, bound) in bounds.enumerated() { sqlite3_bind_int64(raw, Int32(n + 1), bound) }
-        defer { sqlite3_reset(raw) }
-        while sqlite3_step(raw) == SQLITE_ROW {
-            guard let text = sqlite3_column_text(raw, 1) else { continue }
-            let hash = KeyHash.of(UnsafeRawBufferPointer(start: text, count: Int(sqlite3_column_bytes(raw, 1))))
-            let rowid = sqlite3_column_int64(raw, 0)
-            body(KeyIndex.Row(rowid: rowid, hash: hash, size: Int(sqlite3_column_int64(raw, 2))),
-                 RowFacts.Row(rowid: rowid, usableUntil: sqlite3_column_double(raw, 3), lastAccess: sqlite3_column_double(raw, 4),
-                              endpoint: Self.text(raw, 5) ?? "", version: Int(sqlite3_column_int64(raw, 6)), userID: Self.text(raw, 7)))
-        }
-    }
-
-    /// A text column as a `String`; `nil` for `NULL`.
-    private static func text(_ raw: OpaquePointer?, _ column: Int32) -> String? {
-        guard let text = sqlite3_column_text(raw, column) else { return nil }
-        return String(decoding: UnsafeRawBufferPointer(start: text, count: Int(sqlite3_column_bytes(raw, column))), as: UTF8.self)
     }
 }

@@ -201,6 +201,19 @@ struct KeyIndex: Sendable {
         return lastToken
     }
 
+    /// A doomed row that its slice kept, stored again after the invalidation, which the index
+    /// was not told of (a restart replaying the journal dooms it again): live again.
+    mutating func keptDoomed(_ row: Row) {
+        guard !doomed.isEmpty, let doom = doomed[row.rowid], !doom.revived else { return }
+        // Counted now if the loader passed it (it left it out); else the loader counts it.
+        if isCounted(row.rowid) {
+            totals.entries += 1
+            totals.bytes += row.size
+        }
+        presence.insert(row.hash)
+        revive(row.rowid, doom)
+    }
+
     /// The rows of a doom were deleted (those stored again since were kept).
     mutating func deletedDoomed(_ rowids: [Int64], token: UInt64) {
         for rowid in rowids { batchReleases.append((rowid, token)) }

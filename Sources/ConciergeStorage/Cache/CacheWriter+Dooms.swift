@@ -1,0 +1,127 @@
+import ConciergeCore
+import Foundation
+import GRDB
+import GRDBSQLite
+
+/// Invalidations by matched rows (a pattern, tags) and the large ones among them: doomed at
+/// once, recorded in the ``InvalidationJournal`` in the same transaction, deleted in slices,
+/// replayed at start-up when a crash cut the slices short.
+extension CacheWriter.Work {
+    /// Whether a caller is told of the invalidation once this work commits: its batch commits
+    /// with a sync of the log (``CacheWriter/inTransaction(_:_:durable:_:)``).
+    var acknowledgesInvalidation: Bool {
+        switch self {
+        case .invalidate, .deleteMatched, .markStale: true
+        case .put, .sweep, .deleteDoomed, .barrier: false
+        }
+    }
+}
+
+extension CacheWriter {
+    /// Rows doomed by one invalidation, deleted by the writer in slices of ``sliceRows``.
+    struct DoomedRows: Sendable {
+        var rowids: [Int64]
+        var next = 0
+        var token: UInt64
+        /// A row stored again after this instant is kept (an upsert gives it a new `stored_at`).
+        var storedUpTo: Double
+        /// Its record in the ``InvalidationJournal``.
+        var seq: Int64
+        static let sliceRows = 2000
+    }
+
+    /// Rows a pattern scan or the tag index matched: the writer deletes those still there under
+    /// the same key. `selector` is the invalidation's criteria as JSON, for its journal record.
+    struct MatchedRows: Sendable {
+        var rows: [KeyIndex.Row]
+        var keys: [String]
+        var selector = ""
+    }
+
+    /// Pattern or tag invalidation, once the rows were found off the writer: those still holding
+    /// the key they were matched under (a point read each, straight from SQLite's buffers) go.
+    /// Up to ``inlineDeleteLimit`` are deleted at once; more are doomed (unservable and counted
+    /// out now), recorded in the journal in this transaction, and deleted in slices by later work.
+    func deleteMatched(_ matchedRows: MatchedRows, in db: Database, now: Double) throws -> Int {
+        let check = try db.cachedStatement(sql: "SELECT key, size FROM cache_entry WHERE rowid = ?")
+        let raw = check.sqliteStatement
+        var matched: [KeyIndex.Row] = []
+        var keys: [String] = []
+        for candidate in matchedRows.rows where !index.isDoomed(candidate.rowid) {
+            sqlite3_reset(raw)
+            sqlite3_bind_int64(raw, 1, candidate.rowid)
+            let rc = sqlite3_step(raw)
+            if rc == SQLITE_DONE { continue }  // deleted since the scan
+            guard rc == SQLITE_ROW else { throw DatabaseError(resultCode: ResultCode(rawValue: rc), message: "row check failed") }
+            guard let text = sqlite3_column_text(raw, 0) else { continue }
+            let key = UnsafeRawBufferPointer(start: text, count: Int(sqlite3_column_bytes(raw, 0)))
+            guard KeyHash.of(key) == candidate.hash else { continue }
+            matched.append(KeyIndex.Row(rowid: candidate.rowid, hash: candidate.hash, size: Int(sqlite3_column_int64(raw, 1))))
+            if matched.count <= Self.inlineDeleteLimit { keys.append(String(decoding: key, as: UTF8.self)) }
+        }
+        sqlite3_reset(raw)
+        guard !matched.isEmpty else { return 0 }
+        if matched.count <= Self.inlineDeleteLimit {
+            let delete = try db.cachedStatement(sql: "DELETE FROM cache_entry WHERE rowid = ?")
+            for row in matched { try delete.execute(arguments: [row.rowid]) }
+            try dropTags(of: keys, in: db)
+            index.update { index in for row in matched { index.deleted(row) } }
+            facts.withLock { facts in for row in matched { facts.remove(row.rowid) } }
+        } else {
+            let rowids = matched.map(\.rowid)
+            let seq = try InvalidationJournal.record(selector: matchedRows.selector, rowids: rowids, storedUpTo: now, in: db)
+            let token = index.update { $0.doom(matched) }
+            followUp(.deleteDoomed(DoomedRows(rowids: rowids, token: token, storedUpTo: now, seq: seq)))
+        }
+        return matched.count
+    }
+
+    /// One slice of a doomed deletion; rows stored again since the invalidation are kept. The
+    /// journal record advances in the same transaction (and goes with the last slice).
+    func deleteDoomedSlice(_ rows: DoomedRows, in db: Database) throws {
+        let end = min(rows.next + DoomedRows.sliceRows, rows.rowids.count)
+        let slice = Array(rows.rowids[rows.next..<end])
+        let delete = try db.cachedStatement(sql: "DELETE FROM cache_entry WHERE rowid = ? AND stored_at <= ? RETURNING key")
+        let kept = try db.cachedStatement(sql: "SELECT key, size FROM cache_entry WHERE rowid = ?")
+        var keys: [String] = []
+        var deleted: [Int64] = []
+        var stayed: [KeyIndex.Row] = []
+        for rowid in slice {
+            if let key = try String.fetchOne(delete, arguments: [rowid, rows.storedUpTo]) {
+                keys.append(key)
+                deleted.append(rowid)
+            } else if let row = try Row.fetchOne(kept, arguments: [rowid]) {
+                let key: String = row["key"]
+                stayed.append(KeyIndex.Row(rowid: rowid, hash: KeyHash.of(key), size: row["size"]))
+            }
+        }
+        try dropTags(of: keys, in: db)
+        try InvalidationJournal.advance(rows.seq, next: end, of: rows.rowids.count, in: db)
+        facts.withLock { facts in for rowid in deleted { facts.remove(rowid) } }
+        index.update { index in
+            for row in stayed { index.keptDoomed(row) }
+            index.deletedDoomed(slice, token: rows.token)
+        }
+    }
+
+    /// At start-up, before anything is served: every invalidation the journal holds unfinished
+    /// dooms its remaining rows again (the index is loading, so they are not counted yet and the
+    /// loader leaves them out), and its slices are queued first, to run between the loader's.
+    /// Rowids above `ceiling` (the largest in the table) have no row to doom.
+    func replayJournal(_ records: [InvalidationJournal.Record], ceiling: Int64) {
+        for record in records {
+            let next = min(record.next, record.rowids.count)
+            let remaining = record.rowids[next...].filter { $0 <= ceiling }
+            let token = index.update { index in
+                index.doom(remaining.map { KeyIndex.Row(rowid: $0, hash: 0, size: 0) })
+            }
+            // The record's own list, so each slice's `next` means what the record's does.
+            enqueue(.deleteDoomed(DoomedRows(rowids: record.rowids, next: next, token: token, storedUpTo: record.storedUpTo,
+                                             seq: record.seq)))
+        }
+        if !records.isEmpty {
+            logger.info("cache: finishing invalidations a stop cut short",
+                        metadata: ["invalidations": "\(records.count)", "entries": "\(records.reduce(0) { $0 + $1.rowids.count - $1.next })"])
+        }
+    }
+}

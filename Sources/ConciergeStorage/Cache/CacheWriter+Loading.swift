@@ -1,0 +1,99 @@
+import ConciergeCore
+import Foundation
+import GRDB
+import GRDBSQLite
+import Synchronization
+
+/// The writer reads the rows present at start-up into the ``KeyIndex`` and the ``RowFacts``,
+/// a slice of rowids at a time between its batches.
+extension CacheWriter {
+    // MARK: - Loading the index
+
+    /// Rows read per slice while the index loads: about 10 ms of reading each, so queued work
+    /// waits at most that long for the writer.
+    static let loadSliceRows: Int64 = 8192
+
+    /// Reads the rows present at start-up into the key index, a slice of rowids at a time, with
+    /// the work queued meanwhile committed between slices. Until it is done, lookups read
+    /// SQLite for every key and the totals count the rows read so far.
+    func loadIndex() {
+        guard index.isLoading else { return }
+        let began = ContinuousClock.now
+        var failures = 0
+        while !isStopping, let slice = index.update({ $0.nextLoadSlice(Self.loadSliceRows) }) {
+            do {
+                // Between batches: no write is in flight, so the slice is as the index was told.
+                let (rows, rowFacts) = try database.pool.read { db in try Self.rows(db, after: slice.after, upTo: slice.upTo) }
+                index.update { $0.loaded(rows, through: slice.upTo) }
+                facts.withLock { facts in
+                    for row in rowFacts { facts.set(row) }
+                }
+            } catch {
+                failures += 1
+                if failures == 1 { logger.error("cache index: reading the rows failed; retrying", metadata: ["error": "\(error)"]) }
+                Thread.sleep(forTimeInterval: 0.1)
+            }
+            if queue.withLock({ !$0.work.isEmpty }) { drain() }
+        }
+        for waiter in loadWaiters.withLock({ waiters in defer { waiters = nil }; return waiters ?? [] }) { waiter.resume() }
+        if !index.isLoading {
+            let totals = index.totals
+            logger.info("cache index loaded", metadata: ["entries": "\(totals.entries)", "bytes": "\(totals.bytes)",
+                                                         "seconds": "\(ContinuousClock.now - began)"])
+            // Eviction waited for every row's access time.
+            if !isStopping, needsEviction { evict() }
+        }
+    }
+
+    /// Returns once the rows present at start-up are in the index (or the writer stopped first).
+    func indexLoaded() async {
+        await withCheckedContinuation { continuation in
+            let waiting = loadWaiters.withLock { waiters -> Bool in
+                guard waiters != nil else { return false }
+                waiters?.append(continuation)
+                return true
+            }
+            if !waiting { continuation.resume() }
+        }
+    }
+
+    /// The rows with a rowid in `after + 1 ... upTo` (a range of the table's b-tree), and their facts.
+    static func rows(_ db: Database, after: Int64, upTo: Int64) throws -> ([KeyIndex.Row], [RowFacts.Row]) {
+        var rows: [KeyIndex.Row] = []
+        var rowFacts: [RowFacts.Row] = []
+        rows.reserveCapacity(Int(min(upTo - after, loadSliceRows)))
+        rowFacts.reserveCapacity(Int(min(upTo - after, loadSliceRows)))
+        try forEachRow(db, sql: "\(rowColumns) WHERE rowid > ? AND rowid <= ?",
+                       bounds: [after, upTo]) { row, time in
+            rows.append(row)
+            rowFacts.append(time)
+        }
+        return (rows, rowFacts)
+    }
+
+    /// Each row's id, key hash and size, and its facts, straight from SQLite's buffers (no
+    /// string per key).
+    static let rowColumns = "SELECT rowid, key, size, usable_until, last_access, endpoint, version, user_id FROM cache_entry"
+
+    static func forEachRow(_ db: Database, sql: String = rowColumns,
+                           bounds: [Int64] = [], _ body: (KeyIndex.Row, RowFacts.Row) -> Void) throws {
+        let statement = try db.makeStatement(sql: sql)
+        let raw = statement.sqliteStatement
+        for (n, bound) in bounds.enumerated() { sqlite3_bind_int64(raw, Int32(n + 1), bound) }
+        defer { sqlite3_reset(raw) }
+        while sqlite3_step(raw) == SQLITE_ROW {
+            guard let text = sqlite3_column_text(raw, 1) else { continue }
+            let hash = KeyHash.of(UnsafeRawBufferPointer(start: text, count: Int(sqlite3_column_bytes(raw, 1))))
+            let rowid = sqlite3_column_int64(raw, 0)
+            body(KeyIndex.Row(rowid: rowid, hash: hash, size: Int(sqlite3_column_int64(raw, 2))),
+                 RowFacts.Row(rowid: rowid, usableUntil: sqlite3_column_double(raw, 3), lastAccess: sqlite3_column_double(raw, 4),
+                              endpoint: Self.text(raw, 5) ?? "", version: Int(sqlite3_column_int64(raw, 6)), userID: Self.text(raw, 7)))
+        }
+    }
+
+    /// A text column as a `String`; `nil` for `NULL`.
+    private static func text(_ raw: OpaquePointer?, _ column: Int32) -> String? {
+        guard let text = sqlite3_column_text(raw, column) else { return nil }
+        return String(decoding: UnsafeRawBufferPointer(start: text, count: Int(sqlite3_column_bytes(raw, column))), as: UTF8.self)
+    }
+}
