@@ -19,13 +19,4 @@ extension FleetDatabase {
             UPDATE concierge.session SET paced_until = \(pacing.notBefore), token_refusals = \(pacing.refusals) WHERE fleet = \(fleet)
             """, logger: logger)
     }
-
-    /// The pacing the row holds, read under its lock.
-    static func readPacing(_ db: PostgresConnection, fleet: String, logger: Logger) async throws -> TokenRequestPacing {
-        let rows = try await db.query("SELECT paced_until, token_refusals FROM concierge.session WHERE fleet = \(fleet)", logger: logger)
-        for try await (notBefore, refusals) in rows.decode((Double, Int64).self) {
-            return TokenRequestPacing(notBefore: notBefore, refusals: Int(refusals))
-        }
-        return TokenRequestPacing()
-    }
 }

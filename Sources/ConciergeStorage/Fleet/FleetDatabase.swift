@@ -160,20 +160,21 @@ public final class FleetDatabase: Sendable {
             try await Self.ensureRow(db, fleet: fleet, logger: logger)
             let milliseconds = max(1, Int(lockWait.components.seconds * 1000 + lockWait.components.attoseconds / 1_000_000_000_000_000))
             try await db.query(PostgresQuery(unsafeSQL: "SET LOCAL lock_timeout = '\(milliseconds)ms'"), logger: logger)
-            let rows = try await db.query("SELECT version, tokens, from_call FROM concierge.session WHERE fleet = \(fleet) FOR UPDATE",
-                                          logger: logger)
+            let rows = try await db.query("""
+                SELECT version, tokens, from_call, paced_until, token_refusals FROM concierge.session WHERE fleet = \(fleet) FOR UPDATE
+                """, logger: logger)
             var row = SessionRow(version: 0, tokens: nil)
-            for try await (version, tokens, fromCall) in rows.decode((Int64, String?, Bool).self) {
-                row = SessionRow(version: version, tokens: tokens, fromCall: fromCall)
+            for try await (version, tokens, fromCall, notBefore, refusals) in rows.decode((Int64, String?, Bool, Double, Int64).self) {
+                row = SessionRow(version: version, tokens: tokens, fromCall: fromCall,
+                                 pacing: TokenRequestPacing(notBefore: notBefore, refusals: Int(refusals)))
             }
-            row.pacing = try await Self.readPacing(db, fleet: fleet, logger: logger)
             switch try await body(row) {
             case .keep(let result):
                 return result
             case .store(let tokens, let result):
                 try await db.query("INSERT INTO concierge.token_request (fleet, node) VALUES (\(fleet), \(node))", logger: logger)
                 _ = try await Self.update(db, fleet: fleet, node: node, tokens: tokens, fromCall: true, logger: logger)
-                try await Self.storePacing(db, fleet: fleet, TokenRequestPacing(), logger: logger)
+                if row.pacing != TokenRequestPacing() { try await Self.storePacing(db, fleet: fleet, TokenRequestPacing(), logger: logger) }
                 return result
             case .pace(let pacing, let result):
                 try await Self.storePacing(db, fleet: fleet, pacing, logger: logger)
