@@ -105,6 +105,8 @@ extension SampleAPIRoutes {
             return SampleReply.json(["error": "server_error"], status: .serviceUnavailable)
         case .invalidClient:
             return oauthError("invalid_client", "client authentication failed", status: .unauthorized)
+        case .busy(let code):
+            return SampleReply.envelope(code: code, msg: "system busy, try again")
         }
     }
 

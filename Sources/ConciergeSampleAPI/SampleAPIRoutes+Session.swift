@@ -19,6 +19,7 @@ extension SampleAPIRoutes {
         if configuration.refreshDelay > .zero {
             try await Task.sleep(for: configuration.refreshDelay)
         }
+        if let fault = state.tokenEndpointFault { return Self.failure(fault) }
         let params = try await parameters(of: request)
         guard let refreshToken = params.bodyValue("refreshToken") ?? params.queryValue("refreshToken"),
             let tokens = state.rotateTokens(refreshToken: refreshToken)

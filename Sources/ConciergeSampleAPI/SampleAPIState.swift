@@ -14,7 +14,8 @@ public final class SampleAPIState: Sendable {
         var tokenFault: TokenEndpointFault?
     }
 
-    /// How the OAuth2 token endpoint fails refresh grants: a provider in trouble, for tests.
+    /// How the token endpoint fails refresh grants (OAuth2's, and the seed dialect's
+    /// `POST /api/token/refresh`): a provider in trouble, for tests.
     public enum TokenEndpointFault: Sendable, Equatable {
         /// 429 with `Retry-After`.
         case rateLimited(retryAfter: Int)
@@ -22,6 +23,8 @@ public final class SampleAPIState: Sendable {
         case serverError
         /// 401 `invalid_client`, as when Concierge's client secret was rotated.
         case invalidClient
+        /// HTTP 200 with a business code that says "busy, try again" (`{"code": N}`).
+        case busy(code: Int)
     }
 
     private let storage = Mutex(Storage())

@@ -62,7 +62,8 @@ public final class OAuthProvider: Sendable {
     }
 
     /// Counts from the provider's own token tables: `refresh_grants` (refresh tokens spent by a
-    /// refresh grant or revoked), `live_refresh_tokens`, `access_tokens`, `live_access_tokens`.
+    /// refresh grant or revoked), `live_refresh_tokens`, `access_tokens`, `live_access_tokens`;
+    /// and `revoke_calls`, the revocation requests it received.
     public func stats() async throws -> JSONValue {
         let reply = try await ConciergeTestRig.send(.GET, baseURL + "/test/stats")
         guard let json = reply.json else { throw ProviderError("stats: \(reply.text)") }
@@ -74,7 +75,8 @@ public final class OAuthProvider: Sendable {
         _ = try await ConciergeTestRig.send(.GET, baseURL + "/test/expire")
     }
 
-    /// How the token endpoint answers refresh grants: `"429"` (with `Retry-After: 7`), `"503"`, or `nil` (normally).
+    /// How the token endpoint answers refresh grants: `"429"` (with `Retry-After: 7`), `"503"`,
+    /// `"invalid_grant"` (400), or `nil` (normally).
     public func setFault(_ mode: String?) async throws {
         _ = try await ConciergeTestRig.send(.GET, baseURL + "/test/fault" + (mode.map { "?mode=\($0)" } ?? ""))
     }

@@ -36,7 +36,6 @@ public enum TestConfig {
             access_token: data.result.accessToken
             refresh_token: data.result.refreshToken
             max_replays: 3
-            logout_errors: [invalid_grant, 810]
         """
 
     public static func yaml(apiPort: Int, directory: String, endpoints: String, extra: String) -> String {

@@ -174,7 +174,7 @@ struct DialectConfigTests {
         #expect(request.path == "/oauth/token")
     }
 
-    @Test("a token reply is good on 2xx with a token and no failure code; only a dead grant is rejected; every other refusal keeps the session")
+    @Test("a token reply is good on 2xx with a token and no failure code; the provider's definite no is rejected; every other refusal keeps the session")
     func tokenReplyRule() throws {
         let config = try ConfigLoader.parse(yaml: "upstreams:\n  r: https://a.example\nenvelope:\n  code_path: errcode\n  success_codes: [0]\n")
         let reader = EnvelopeReader(envelope: config.envelope)
@@ -185,7 +185,8 @@ struct DialectConfigTests {
         #expect(judge(200, #"{"access_token":"t1","expires_in":7200}"#) == .good(accessToken: "t1", refreshToken: nil, expiresIn: 7200))
         #expect(judge(200, #"{"errcode":0,"access_token":"t1","refresh_token":"r1"}"#) == .good(accessToken: "t1", refreshToken: "r1", expiresIn: nil))
         #expect(judge(400, #"{"error":"invalid_grant"}"#) == .rejected(reason: "HTTP 400 (invalid_grant)"))
-        if case .refused = judge(200, #"{"errcode":40125,"errmsg":"invalid appsecret"}"#) {} else { Issue.record("expected refused") }
+        // A failure code below 500 is the provider's own "no" (the seed dialect's 810 "refresh refused").
+        #expect(judge(200, #"{"errcode":40125,"errmsg":"invalid appsecret"}"#) == .rejected(reason: "HTTP 200, code 40125"))
         if case .refused = judge(200, #"{"access_token":""}"#) {} else { Issue.record("expected refused") }
         // RFC 6749 §5.2: only invalid_grant (or a listed error) says the grant is dead.
         #expect(judge(401, #"{"error":"invalid_client"}"#) == .refused(reason: "HTTP 401 (invalid_client)", retryAfter: nil, clientCredentials: true))
@@ -197,6 +198,38 @@ struct DialectConfigTests {
         if case .refused = judge(408, "") {} else { Issue.record("a 408 keeps the session") }
         #expect(TokenReply.judge(status: 200, body: .parse(#"{"errcode":810}"#), envelope: reader, accessToken: "access_token",
                                  refreshToken: nil, expiresIn: nil, logoutErrors: ["invalid_grant", "810"]) == .rejected(reason: "HTTP 200, code 810"))
+        #expect(judge(200, #"{"errcode":810}"#) == .rejected(reason: "HTTP 200, code 810"), "no list needed for a failure code")
+        #expect(judge(400, #"{"errcode":810}"#) == .rejected(reason: "HTTP 400, code 810"))
+    }
+
+    @Test("retry_errors: a listed business code or error keeps the session (refused, not rejected); a 5xx with a code is never rejected")
+    func retryErrorsKeepTheSession() throws {
+        let config = try ConfigLoader.parse(yaml: "upstreams:\n  r: https://a.example\nenvelope:\n  code_path: errcode\n  success_codes: [0]\n")
+        let reader = EnvelopeReader(envelope: config.envelope)
+        func judge(_ status: Int, _ body: String, retryAfter: Int? = nil) -> TokenReply {
+            TokenReply.judge(status: status, body: .parse(body), envelope: reader, accessToken: "access_token", refreshToken: nil,
+                             expiresIn: nil, retryErrors: ["-1", "45009", "temporarily_unavailable"], retryAfter: retryAfter)
+        }
+        #expect(judge(200, #"{"errcode":-1,"errmsg":"system busy"}"#) == .refused(reason: "HTTP 200 (-1)", retryAfter: nil, clientCredentials: false))
+        #expect(judge(200, #"{"errcode":45009}"#, retryAfter: 3) == .refused(reason: "HTTP 200 (45009)", retryAfter: 3, clientCredentials: false))
+        #expect(judge(400, #"{"error":"temporarily_unavailable"}"#)
+            == .refused(reason: "HTTP 400 (temporarily_unavailable)", retryAfter: nil, clientCredentials: false))
+        #expect(judge(200, #"{"errcode":40125}"#) == .rejected(reason: "HTTP 200, code 40125"), "an unlisted failure code still ends it")
+        #expect(judge(503, #"{"errcode":40125}"#) == .refused(reason: "HTTP 503 (40125)", retryAfter: nil, clientCredentials: false))
+        #expect(judge(429, #"{"errcode":40125}"#) == .refused(reason: "HTTP 429 (40125)", retryAfter: nil, clientCredentials: false))
+    }
+
+    @Test("retry_errors and max_backoff are read with their defaults; a code in both lists and a back-off under 1 s are errors")
+    func retryErrorsAndBackoffKeys() throws {
+        let base = "upstreams:\n  r: https://a.example\nsession:\n  inject: [{ query: access_token }]\n  app_token:\n    path: /t\n    access_token: access_token\n"
+        let config = try ConfigLoader.parse(yaml: base + "    retry_errors: [-1, 45009]\n    max_backoff: 30s\n")
+        #expect(config.session.appToken?.retryErrors == ["-1", "45009"])
+        #expect(config.session.appToken?.maxBackoff == .seconds(30))
+        let defaults = try ConfigLoader.parse(yaml: base)
+        #expect(defaults.session.appToken?.retryErrors == [])
+        #expect(defaults.session.appToken?.maxBackoff == .seconds(60))
+        #expect(issues(base + "    retry_errors: [invalid_grant]\n").contains { $0.path == "session.app_token.retry_errors" })
+        #expect(issues(base + "    max_backoff: 500ms\n").contains { $0.path == "session.app_token.max_backoff" })
     }
 
     @Test("Retry-After in seconds or as an HTTP date")

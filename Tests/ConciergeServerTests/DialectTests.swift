@@ -233,14 +233,21 @@ struct WeChatDialectTests {
         }
     }
 
-    @Test("a failed fetch answers unavailable (502) and the next request tries again")
+    @Test("a failed fetch answers unavailable (502) with Retry-After; a later request tries again once the back-off has passed")
     func failedFetch() async throws {
         try await Self.with(secret: "wrong-secret-value") { rig in
             let first = try await rig.get("/cgi-bin/items")
             #expect(first.status == 502)
             #expect(first.json?[path: "code"] == .int(-1))
-            #expect(try await rig.get("/cgi-bin/items").status == 502)
-            #expect(rig.api.state.tokenCalls == 2)
+            #expect(first.header("Retry-After") == "1")
+            let paced = try await rig.get("/cgi-bin/items")
+            #expect(paced.status == 502)
+            #expect(paced.header("Retry-After") == "1")
+            #expect(rig.api.state.tokenCalls == 1, "no fetch before the back-off has passed")
+            #expect(try await eventually(.seconds(5)) {
+                _ = try await rig.get("/cgi-bin/items")
+                return rig.api.state.tokenCalls == 2
+            })
             #expect(!rig.logText.contains("wrong-secret-value"))
         }
     }

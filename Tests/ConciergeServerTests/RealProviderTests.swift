@@ -5,8 +5,9 @@ import Testing
 
 /// Sessions against a real OAuth2 provider: django-oauth-toolkit (``OAuthProvider``) with
 /// refresh-token rotation, counted in its own database. Runs wherever its Python is installed
-/// (`.ci/run` installs it); in CI (`CI` set) a missing provider fails the suite.
-@Suite("A real OAuth2 provider (django-oauth-toolkit)",
+/// (`.ci/run` installs it); in CI (`CI` set) a missing provider fails the suite. One test at a
+/// time: seven providers starting at once on a two-core machine overran their 30 s start.
+@Suite("A real OAuth2 provider (django-oauth-toolkit)", .serialized,
        .enabled(if: OAuthProvider.python != nil || ProcessInfo.processInfo.environment["CI"] != nil))
 struct RealProviderTests {
     static func config(port: Int, secret: String = OAuthProvider.clientSecret) -> (endpoints: String, extra: String) {
@@ -133,6 +134,28 @@ struct RealProviderTests {
         }
     }
 
+    @Test("a login that replaces a session revokes the tokens it replaces: 10 cycles of login over login and logout leave no live refresh token")
+    func loginOverLoginRevokes() async throws {
+        try await Self.with { rig, provider in
+            for _ in 0..<10 {
+                #expect(try await Self.login(rig).status == 200)
+                #expect(try await Self.login(rig).status == 200)
+                #expect(try await rig.get("/api/me").status == 200)
+                #expect(try await rig.admin(.DELETE, "/session").status == 200)
+            }
+            let settled = try await eventually(.seconds(20)) {
+                let stats = try await provider.stats()
+                return Self.int(stats, "live_refresh_tokens") == 0 && Self.int(stats, "revoke_calls") == 20
+            }
+            let stats = try await provider.stats()
+            print("10 cycles of login over login and logout: \(Self.int(stats, "live_refresh_tokens")) live refresh tokens, "
+                  + "\(Self.int(stats, "revoke_calls")) revoke calls")
+            #expect(settled, "\(stats)")
+            #expect(Self.int(stats, "live_refresh_tokens") == 0)
+            #expect(Self.int(stats, "revoke_calls") == 20, "one for each login replaced, one for each logout")
+        }
+    }
+
     @Test("a 429 and a 503 from the provider keep the session: unavailable (with Retry-After), then success once it recovers")
     func providerTroubleKeepsSession() async throws {
         try await Self.with { rig, provider in
@@ -141,7 +164,14 @@ struct RealProviderTests {
             try await provider.setFault("503")
             for _ in 0..<5 { #expect(try await rig.get("/api/me").status == 502) }
             try await provider.setFault("429")
-            let limited = try await rig.get("/api/me")
+            // Token requests after a 503 are paced to one a second: a later one gets the 429.
+            var limited = try await rig.get("/api/me")
+            let deadline = ContinuousClock.now + .seconds(5)
+            while limited.header("Retry-After") != "7", ContinuousClock.now < deadline {
+                #expect(limited.status == 502)
+                try await Task.sleep(for: .milliseconds(100))
+                limited = try await rig.get("/api/me")
+            }
             #expect(limited.status == 502)
             #expect(limited.header("Retry-After") == "7")
             #expect(try await rig.admin(.GET, "/session").json?[path: "logged_in"] == .bool(true))

@@ -164,6 +164,11 @@ public struct ConciergeConfig: Sendable {
         /// RFC 6749 `error` values (or business codes) of a refused token request that end the
         /// session; any other refusal keeps it.
         public var logoutErrors: Set<String> = ["invalid_grant"]
+        /// `error` values or business codes of a refused token request that are transient
+        /// (`retry_errors`, e.g. WeChat's `-1` "system busy"): the session is kept.
+        public var retryErrors: Set<String> = []
+        /// The longest pause between token requests after failed ones (`max_backoff`).
+        public var maxBackoff: Duration = .seconds(60)
         /// The client's credentials (RFC 6749 §2.3.1), sent as `clientAuth` says.
         public var clientID: String? = nil
         public var clientSecret: String? = nil

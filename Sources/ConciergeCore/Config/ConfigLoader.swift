@@ -235,8 +235,8 @@ public enum ConfigLoader {
     }
 
     static let tokenEndpointKeys = ["method", "path", "upstream", "encoding", "headers", "query", "body", "access_token",
-                                    "refresh_token", "expires_in", "max_replays", "timeout", "logout_errors", "client_id",
-                                    "client_secret", "client_auth"]
+                                    "refresh_token", "expires_in", "max_replays", "timeout", "logout_errors", "retry_errors",
+                                    "max_backoff", "client_id", "client_secret", "client_auth"]
 
     /// `session.refresh` and `session.app_token`: a token request Concierge sends itself.
     /// `session.revoke`: a request whose reply is only a status.
@@ -298,9 +298,19 @@ public enum ConfigLoader {
         return t
     }
 
-    /// `logout_errors`, `client_id`, `client_secret` and `client_auth` of a token request.
+    /// `logout_errors`, `retry_errors`, `max_backoff`, `client_id`, `client_secret` and
+    /// `client_auth` of a token request.
     static func clientAuthentication(_ m: [String: Node], _ path: String, _ r: YAMLReader, into t: inout ConciergeConfig.TokenEndpoint) {
         if let v = m["logout_errors"], let list = r.stringList(v, "\(path).logout_errors") { t.logoutErrors = Set(list) }
+        if let v = m["retry_errors"], let list = r.stringList(v, "\(path).retry_errors") {
+            t.retryErrors = Set(list)
+            for both in t.retryErrors.intersection(t.logoutErrors).sorted() {
+                r.fail("\(path).retry_errors", v, "'\(both)' is in logout_errors too: a refusal either ends the session or is retried")
+            }
+        }
+        if let v = m["max_backoff"], let d = r.duration(v, "\(path).max_backoff") {
+            if d >= .seconds(1) { t.maxBackoff = d } else { r.fail("\(path).max_backoff", v, "must be at least 1s") }
+        }
         if let v = m["client_id"] { t.clientID = r.nonEmptyString(v, "\(path).client_id") }
         if let v = m["client_secret"] { t.clientSecret = r.nonEmptyString(v, "\(path).client_secret") }
         if let v = m["client_auth"], let s = r.string(v, "\(path).client_auth") {

@@ -21,6 +21,8 @@ final class FleetSession: Sendable {
     let stats: ProxyStats
     let events: EventBus
     let logger: Logger
+    /// The wall clock the pacing of token requests is judged by (the session lifecycle's).
+    let clock: WallClock
     /// The last version of the fleet's row this node wrote or adopted.
     private let applied = Mutex<Int64>(0)
     /// A local change the fleet has not stored yet (written on reconnection).
@@ -33,9 +35,9 @@ final class FleetSession: Sendable {
     private let renewals = Mutex<(next: Int, waiting: [Int: AsyncStream<RenewalSignal>.Continuation])>((0, [:]))
 
     init(database: FleetDatabase, seal: TokenSeal, config: ConciergeConfig.Fleet, session: SessionState, stats: ProxyStats, events: EventBus,
-         logger: Logger) {
+         logger: Logger, clock: WallClock = .system) {
         (self.database, self.seal, self.config, self.session, self.stats, self.logger) = (database, seal, config, session, stats, logger)
-        self.events = events
+        (self.events, self.clock) = (events, clock)
     }
 
     var isReachable: Bool { reachable.withLock { $0 } }
@@ -160,6 +162,7 @@ final class FleetSession: Sendable {
                             switch try await decide(row) {
                             case .keep(let outcome): return .keep(outcome)
                             case .store(let tokens, let outcome): return .store(tokens, outcome)
+                            case .pace(let pacing, let outcome): return .pace(pacing, outcome)
                             }
                         }
                     }
@@ -288,6 +291,7 @@ final class FleetSession: Sendable {
                 return .keep(.throttled(retryAfter: max(1, Int(counted.secondsToExpiry.rounded(.up)))))
             }
         }
+        if let held = heldBack(by: row) { return .keep(held) }
         let outcome = await fetch()
         stats.countFleetTokenRequest()
         switch outcome {
@@ -295,7 +299,9 @@ final class FleetSession: Sendable {
             return .store(sealed(session.current), outcome)
         case .loggedOut:
             return .store(nil, outcome)
-        case .unavailable, .throttled:
+        case .unavailable:
+            return .pace(session.pacing, outcome)
+        case .throttled:
             return .keep(outcome)
         }
     }

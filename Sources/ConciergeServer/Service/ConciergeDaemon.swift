@@ -73,7 +73,7 @@ public final class ConciergeDaemon: Sendable {
         revocation = TokenRevocation(transport: transport, runtime: runtime, logger: logger)
         var lifecycle = SessionLifecycle(session: session, cache: cache, stats: stats, events: events, logger: logger, revocation: revocation,
                                          clock: clock)
-        lifecycle.fleet = try Self.fleetSession(config, session: session, stats: stats, events: events, logger: logger)
+        lifecycle.fleet = try Self.fleetSession(config, session: session, stats: stats, events: events, logger: logger, clock: clock)
         if let fleet = lifecycle.fleet {
             stats.enableFleetMetrics()
             lifecycle.fleetInvalidations = FleetInvalidations(stats: stats, database: fleet.database, local: FleetLocalStore(database: database, fleet: fleet.config.name),
@@ -95,7 +95,7 @@ public final class ConciergeDaemon: Sendable {
     /// The fleet's side of the session, with `fleet:`; a key file that cannot be used is a
     /// config error (exit 78).
     static func fleetSession(_ config: ConciergeConfig, session: SessionState, stats: ProxyStats, events: EventBus,
-                             logger: Logger) throws -> FleetSession? {
+                             logger: Logger, clock: WallClock = .system) throws -> FleetSession? {
         guard let fleet = config.fleet else { return nil }
         let seal: TokenSeal
         do {
@@ -106,7 +106,7 @@ public final class ConciergeDaemon: Sendable {
         if !seal.seals { logger.warning("fleet: no fleet.key_file: tokens are stored in PostgreSQL in clear") }
         logger.info("fleet", metadata: ["name": "\(fleet.name)", "node": "\(fleet.node)", "postgres": "\(fleet.postgres.masked)"])
         return FleetSession(database: try FleetDatabase(config: fleet, logger: logger), seal: seal, config: fleet, session: session,
-                            stats: stats, events: events, logger: logger)
+                            stats: stats, events: events, logger: logger, clock: clock)
     }
 
     let requestLogger: Logger

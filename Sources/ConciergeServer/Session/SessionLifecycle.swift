@@ -43,8 +43,10 @@ struct SessionLifecycle: Sendable {
                                    userID: capture.userID.flatMap { json[path: $0]?.parameterText }, setAt: now,
                                    kind: .user, expiresAt: TokenReply.expiry(expiresIn, from: now))
         do {
+            let replaced = session.current
             try await session.set(tokens)
             await fleet?.publish(tokens)
+            revokeReplaced(replaced, by: tokens)
             logger.info("session captured", metadata: ["user": "\(tokens.userID ?? "-")", "access_token": "\(TokenMask.mask(access))"])
             events.publish("session.login", ["user": tokens.userID.map(JSONValue.string) ?? .null])
         } catch {
@@ -54,11 +56,22 @@ struct SessionLifecycle: Sendable {
 
     /// Stores tokens set by hand (the admin API's `PUT /session`).
     func login(byHand tokens: SessionTokens) async throws {
+        let replaced = session.current
         try await session.set(tokens)
         await fleet?.publish(tokens)
+        revokeReplaced(replaced, by: tokens)
         logger.info("session set by hand", metadata: ["user": "\(tokens.userID ?? "-")", "kind": "\(tokens.kind.rawValue)",
                                                       "access_token": "\(TokenMask.mask(tokens.accessToken))"])
         events.publish("session.login", ["user": tokens.userID.map(JSONValue.string) ?? .null])
+    }
+
+    /// Has the user tokens a login replaced revoked at the provider, unless the new session
+    /// still uses them. Only the node that performed the login gets here: a session adopted
+    /// from the fleet revokes nothing.
+    private func revokeReplaced(_ replaced: SessionTokens?, by tokens: SessionTokens) {
+        guard let replaced, replaced.kind == .user, replaced.accessToken != tokens.accessToken,
+              replaced.refreshToken == nil || replaced.refreshToken != tokens.refreshToken else { return }
+        revocation?.revoke(replaced)
     }
 
     /// Stores renewed tokens unless the session changed since `generation` (a logout or a
@@ -81,7 +94,8 @@ struct SessionLifecycle: Sendable {
     /// drops it, removes that user's cached entries, counts a logout, publishes `session.logout`
     /// and, unless a failed refresh ended it (the grant is already dead), has the tokens
     /// revoked at the provider in the background. A fleet's nodes all log out
-    /// (`publishToFleet`: false when the logout came from the fleet).
+    /// (`publishToFleet`: false when the logout came from the fleet); only the node that
+    /// performed the logout revokes.
     /// - Returns: the tokens dropped, or `nil` when a newer session was kept.
     @discardableResult
     func logout(ifAccessToken accessToken: String?, reason: JSONValue, publishToFleet: Bool = true) async -> SessionTokens? {
@@ -92,7 +106,7 @@ struct SessionLifecycle: Sendable {
         logger.info("session dropped", metadata: ["user": "\(dropped.userID ?? "-")", "reason": "\(reason.parameterText)",
                                                   "entries_removed": "\(removed)"])
         events.publish("session.logout", ["user": dropped.userID.map(JSONValue.string) ?? .null, "reason": reason])
-        if dropped.kind == .user, reason != .string(Self.refreshFailed) { revocation?.revoke(dropped) }
+        if publishToFleet, dropped.kind == .user, reason != .string(Self.refreshFailed) { revocation?.revoke(dropped) }
         return dropped
     }
 }

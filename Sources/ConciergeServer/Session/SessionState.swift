@@ -14,6 +14,9 @@ import Synchronization
 ///
 /// Every change bumps a generation number, so a refresh that started before a logout
 /// cannot bring the old session back (see ``replace(ifGeneration:with:)``).
+///
+/// It also holds the pacing of the session's token requests (``TokenRequestPacing``), in
+/// memory only: the refresher and the fleet's renewal read and update it.
 public final class SessionState: Sendable {
     private struct State {
         var tokens: SessionTokens? {
@@ -33,6 +36,7 @@ public final class SessionState: Sendable {
     }
 
     private let state: Mutex<State>
+    private let tokenPacing = Mutex(TokenRequestPacing())
     private let store: SessionStore
     private let health: StorageHealth
     private let writeLock = AsyncSerialLock()
@@ -53,6 +57,14 @@ public final class SessionState: Sendable {
     /// The tokens in use and the ones most recently replaced: literal secrets for the log scrubber.
     public var secretsForLogs: [String] {
         state.withLock { s in [s.tokens?.accessToken, s.tokens?.refreshToken].compactMap { $0 } + s.retired }
+    }
+
+    /// When the next token request may be made (after failed ones).
+    public var pacing: TokenRequestPacing { tokenPacing.withLock { $0 } }
+
+    /// Changes the pacing of token requests; returns what `change` returns.
+    public func updatePacing<T: Sendable>(_ change: (inout TokenRequestPacing) -> T) -> T {
+        tokenPacing.withLock { change(&$0) }
     }
 
     /// Sets a new session (login, admin `PUT /session`).

@@ -10,11 +10,13 @@ import NIOHTTP1
 /// through the pipeline, so a refresh can never trigger another refresh; their bodies and
 /// queries (client secret, app secret, refresh token) are never logged.
 ///
-/// Only a dead grant ends a session (``TokenReply/rejected(reason:)``: `invalid_grant`, a
-/// listed error or a logout code): a provider that is down, slow, rate-limiting or refusing
-/// Concierge's own client credentials makes the request that needed the token `unavailable`
-/// (with `Retry-After` when known) and keeps the session. After a refusal with `Retry-After`
-/// no token call is made before that time.
+/// Only the provider's definite "no" ends a session (``TokenReply/rejected(reason:)``:
+/// `invalid_grant`, a failure code below 500, a logout code, a listed error): a provider that
+/// is down, slow, rate-limiting or refusing Concierge's own client credentials makes the
+/// request that needed the token `unavailable` (with `Retry-After`) and keeps the session.
+/// Failed token calls are paced (``TokenRequestPacing``, kept in ``SessionState``): until the
+/// pause they set has passed, a request that needs a new token is answered `unavailable` with
+/// `Retry-After` without a call.
 ///
 /// A loop guard (`session.max_refreshes`, default 5 per 60 s) counts the token calls that
 /// succeeded and whose new token met an expiry signal at once (an upstream that keeps
@@ -58,9 +60,6 @@ public actor TokenRefresher {
     /// The last token a call of this refresher obtained.
     private var lastIssued: String?
     private var throttling = false
-    /// No token call before this (the provider's `Retry-After`).
-    private var blockedUntil: ContinuousClock.Instant?
-    private var blockedRetryAfter: Int?
     /// When Concierge's own client credentials were last reported refused (once a minute).
     private var lastCredentialsError: ContinuousClock.Instant?
 
@@ -87,8 +86,8 @@ public actor TokenRefresher {
         if let current, current.accessToken != staleToken { return .refreshed(current.accessToken) }
         if config.kind == .user, current == nil { return .loggedOut }
         if let inFlight { return await inFlight.value }
+        if let wait = session.pacing.retryAfter(at: clock.now) { return .unavailable(retryAfter: wait) }
         let now = ContinuousClock.now
-        if let blockedUntil, now < blockedUntil { return .unavailable(retryAfter: Self.seconds(blockedUntil - now)) }
         if expirySignal, let staleToken, staleToken == lastIssued { loopSignals.append(now) }
         if let wait = throttle(limit: config.maxRefreshes, now: now) { return .throttled(retryAfter: wait) }
         let generation = session.generation
@@ -122,22 +121,31 @@ public actor TokenRefresher {
         max(0, Int(duration.components.seconds) + (duration.components.attoseconds > 0 ? 1 : 0))
     }
 
-    /// A refusal that keeps the session: logged, and remembered when it says when to retry.
-    private func refused(_ reason: String, retryAfter: Int?, clientCredentials: Bool, path: String) -> Outcome {
-        let now = ContinuousClock.now
-        if clientCredentials {
-            if lastCredentialsError.map({ now - $0 >= .seconds(60) }) ?? true {
-                lastCredentialsError = now
+    /// A failed token call that keeps the session: logged, and paced (no token call before the
+    /// pause it sets, which the reply's `Retry-After` gives).
+    private func refused(_ reason: String, _ failure: TokenRequestPacing.Failure, path: String, maxBackoff: Duration) -> Outcome {
+        let now = clock.now
+        if failure == .credentialsRefused {
+            let instant = ContinuousClock.now
+            if lastCredentialsError.map({ instant - $0 >= .seconds(60) }) ?? true {
+                lastCredentialsError = instant
                 logger.error("the token endpoint refused Concierge's client credentials (client_id / client_secret); sessions are kept",
                              metadata: ["reason": "\(reason)", "path": "\(path)"])
             }
         } else {
             logger.warning("token request failed; the session is kept", metadata: ["reason": "\(reason)", "path": "\(path)"])
         }
-        if let retryAfter, retryAfter > 0 {
-            blockedUntil = now + .seconds(retryAfter)
+        let wait = session.updatePacing { pacing in
+            pacing.failed(failure, at: now, maxBackoff: maxBackoff)
+            return pacing.retryAfter(at: now)
         }
-        return .unavailable(retryAfter: retryAfter)
+        return .unavailable(retryAfter: wait)
+    }
+
+    /// How a refusal that keeps the session is paced.
+    private static func failure(retryAfter: Int?, clientCredentials: Bool) -> TokenRequestPacing.Failure {
+        if clientCredentials { return .credentialsRefused }
+        return retryAfter.map { .retryAfter(seconds: $0) } ?? .transient
     }
 
 
@@ -177,10 +185,11 @@ public actor TokenRefresher {
         switch await call(refresh, refreshToken: refreshToken, accessToken: tokens.accessToken, rc: rc, environment: environment) {
         case .answered(let judged): reply = judged
         case .failed(let reason, let retryAfter):
-            return refused(reason, retryAfter: retryAfter, clientCredentials: false, path: refresh.path)
+            return refused(reason, Self.failure(retryAfter: retryAfter, clientCredentials: false), path: refresh.path, maxBackoff: refresh.maxBackoff)
         }
         switch reply {
         case .good(let access, let rotated, let expiresIn):
+            session.updatePacing { $0.succeeded() }
             lifecycle.lifetimeWarning.check(expiresIn, limit: config.maxRefreshes, logger: logger)
             let now = lifecycle.clock.date
             let newTokens = SessionTokens(accessToken: access, refreshToken: rotated ?? refreshToken, userID: tokens.userID, setAt: now,
@@ -201,7 +210,8 @@ public actor TokenRefresher {
             await lifecycle.logout(ifAccessToken: tokens.accessToken, reason: .string(SessionLifecycle.refreshFailed))
             return .loggedOut
         case .refused(let reason, let retryAfter, let clientCredentials):
-            return refused(reason, retryAfter: retryAfter, clientCredentials: clientCredentials, path: refresh.path)
+            return refused(reason, Self.failure(retryAfter: retryAfter, clientCredentials: clientCredentials), path: refresh.path,
+                           maxBackoff: refresh.maxBackoff)
         }
     }
 
@@ -209,12 +219,16 @@ public actor TokenRefresher {
                                generation: Int) async -> Outcome {
         switch await call(endpoint, refreshToken: nil, accessToken: nil, rc: rc, environment: environment) {
         case .failed(let why, let retryAfter):
-            return refused(why, retryAfter: retryAfter, clientCredentials: false, path: endpoint.path)
+            return refused(why, Self.failure(retryAfter: retryAfter, clientCredentials: false), path: endpoint.path,
+                           maxBackoff: endpoint.maxBackoff)
         case .answered(.rejected(let why)):
-            return refused(why, retryAfter: nil, clientCredentials: false, path: endpoint.path)
+            // An app token has no session to end: its fetch refused is Concierge's credentials refused.
+            return refused(why, .credentialsRefused, path: endpoint.path, maxBackoff: endpoint.maxBackoff)
         case .answered(.refused(let why, let retryAfter, let clientCredentials)):
-            return refused(why, retryAfter: retryAfter, clientCredentials: clientCredentials, path: endpoint.path)
+            return refused(why, Self.failure(retryAfter: retryAfter, clientCredentials: clientCredentials), path: endpoint.path,
+                           maxBackoff: endpoint.maxBackoff)
         case .answered(.good(let access, _, let expiresIn)):
+            session.updatePacing { $0.succeeded() }
             lifecycle.lifetimeWarning.check(expiresIn, limit: rc.settings.session.maxRefreshes, logger: logger)
             let now = lifecycle.clock.date
             let tokens = SessionTokens(accessToken: access, refreshToken: nil, userID: nil, setAt: now, kind: .app,
@@ -254,7 +268,8 @@ public actor TokenRefresher {
             let json = JSONValue.parse(response.body.readableBytesView)
             return .answered(TokenReply.judge(status: response.status, body: json, envelope: rc.envelope,
                                               accessToken: endpoint.accessToken, refreshToken: endpoint.refreshToken,
-                                              expiresIn: endpoint.expiresIn, logoutErrors: endpoint.logoutErrors, retryAfter: retryAfter))
+                                              expiresIn: endpoint.expiresIn, logoutErrors: endpoint.logoutErrors,
+                                              retryErrors: endpoint.retryErrors, retryAfter: retryAfter))
         } catch {
             return .failed("\(error)", retryAfter: nil)
         }

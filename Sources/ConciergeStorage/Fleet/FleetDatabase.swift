@@ -65,7 +65,7 @@ public final class FleetDatabase: Sendable {
 
     // MARK: Schema
 
-    static let schemaVersion = 2
+    static let schemaVersion = 3
 
     /// Creates the schema, serialised between nodes that start together.
     public func migrate() async throws {
@@ -100,6 +100,7 @@ public final class FleetDatabase: Sendable {
             try await db.query("CREATE TABLE IF NOT EXISTS concierge.loop_signal (fleet text NOT NULL, at timestamptz NOT NULL DEFAULT now())",
                                logger: logger)
             try await db.query(PostgresQuery(unsafeSQL: Self.sharedCacheTable), logger: logger)
+            try await Self.migratePacing(db, logger: logger)
             try await db.query("CREATE TABLE IF NOT EXISTS concierge.schema_version (version int NOT NULL)", logger: logger)
             try await db.query("""
                 INSERT INTO concierge.schema_version (version) SELECT \(Self.schemaVersion)
@@ -118,6 +119,8 @@ public final class FleetDatabase: Sendable {
         public var tokens: String?
         /// Whether the tokens came from a token request (a renewal), not a login or a `PUT`.
         public var fromCall: Bool = false
+        /// When the fleet may make its next token request (read under the row's lock only).
+        public var pacing = TokenRequestPacing()
     }
 
     /// The row, created empty when the fleet has none yet.
@@ -145,6 +148,8 @@ public final class FleetDatabase: Sendable {
         case keep(T)
         /// Store these sealed tokens (`nil`: the session ended) as the next version.
         case store(String?, T)
+        /// The token request failed: store when the fleet may make the next one.
+        case pace(TokenRequestPacing, T)
     }
 
     /// Runs `body` holding the fleet's session row locked (`SELECT … FOR UPDATE`): one node at a
@@ -155,11 +160,13 @@ public final class FleetDatabase: Sendable {
             try await Self.ensureRow(db, fleet: fleet, logger: logger)
             let milliseconds = max(1, Int(lockWait.components.seconds * 1000 + lockWait.components.attoseconds / 1_000_000_000_000_000))
             try await db.query(PostgresQuery(unsafeSQL: "SET LOCAL lock_timeout = '\(milliseconds)ms'"), logger: logger)
-            let rows = try await db.query("SELECT version, tokens, from_call FROM concierge.session WHERE fleet = \(fleet) FOR UPDATE",
-                                          logger: logger)
+            let rows = try await db.query("""
+                SELECT version, tokens, from_call, paced_until, token_refusals FROM concierge.session WHERE fleet = \(fleet) FOR UPDATE
+                """, logger: logger)
             var row = SessionRow(version: 0, tokens: nil)
-            for try await (version, tokens, fromCall) in rows.decode((Int64, String?, Bool).self) {
-                row = SessionRow(version: version, tokens: tokens, fromCall: fromCall)
+            for try await (version, tokens, fromCall, notBefore, refusals) in rows.decode((Int64, String?, Bool, Double, Int64).self) {
+                row = SessionRow(version: version, tokens: tokens, fromCall: fromCall,
+                                 pacing: TokenRequestPacing(notBefore: notBefore, refusals: Int(refusals)))
             }
             switch try await body(row) {
             case .keep(let result):
@@ -167,6 +174,10 @@ public final class FleetDatabase: Sendable {
             case .store(let tokens, let result):
                 try await db.query("INSERT INTO concierge.token_request (fleet, node) VALUES (\(fleet), \(node))", logger: logger)
                 _ = try await Self.update(db, fleet: fleet, node: node, tokens: tokens, fromCall: true, logger: logger)
+                if row.pacing != TokenRequestPacing() { try await Self.storePacing(db, fleet: fleet, TokenRequestPacing(), logger: logger) }
+                return result
+            case .pace(let pacing, let result):
+                try await Self.storePacing(db, fleet: fleet, pacing, logger: logger)
                 return result
             }
         }

@@ -47,6 +47,8 @@ from oauth2_provider.oauth2_backends import get_oauthlib_core  # noqa: E402
 
 # Switches a test flips through /test/fault: how the token endpoint answers refresh grants.
 FAULT = {"mode": None}
+# Revocation requests received (RFC 7009), whatever their outcome.
+COUNTS = {"revoke_calls": 0}
 
 
 def me(request):
@@ -66,6 +68,7 @@ def stats(request):
         "live_refresh_tokens": RefreshToken.objects.filter(revoked__isnull=True).count(),
         "access_tokens": AccessToken.objects.count(),
         "live_access_tokens": AccessToken.objects.filter(expires__gt=now).count(),
+        "revoke_calls": COUNTS["revoke_calls"],
     })
 
 
@@ -92,11 +95,20 @@ class Token(oauth_views.TokenView):
                 return response
             if FAULT["mode"] == "503":
                 return JsonResponse({"error": "server_error"}, status=503)
+            if FAULT["mode"] == "invalid_grant":
+                return JsonResponse({"error": "invalid_grant"}, status=400)
+        return super().post(request, *args, **kwargs)
+
+
+class Revoke(oauth_views.RevokeTokenView):
+    def post(self, request, *args, **kwargs):
+        COUNTS["revoke_calls"] += 1
         return super().post(request, *args, **kwargs)
 
 
 urlpatterns = [
     path("o/token/", Token.as_view()),
+    path("o/revoke_token/", Revoke.as_view()),
     path("o/", include("oauth2_provider.urls", namespace="oauth2_provider")),
     path("api/me", me),
     path("test/stats", stats),
