@@ -12,7 +12,8 @@ extension FleetTests {
     static let providerAvailable = OAuthProvider.python != nil || ProcessInfo.processInfo.environment["CI"] != nil
 
     /// A node's config in front of `provider` (RealProviderTests' session) in the fleet `name`.
-    static func providerConfig(_ provider: OAuthProvider, cluster: PostgresCluster, node: String, timeout: String) -> (endpoints: String, extra: String) {
+    static func providerConfig(_ provider: OAuthProvider, cluster: PostgresCluster, node: String,
+                               timeout: String) -> (endpoints: String, extra: String) {
         let (endpoints, extra) = RealProviderTests.config(port: provider.port)
         let fleet = "fleet:\n  postgres: \"\(cluster.url)\"\n  name: rotation\n  node: \(node)\n  key_file: \(cluster.directory)-fleet.key\n"
             + "  timeout: \(timeout)\n"
@@ -112,6 +113,7 @@ extension FleetTests {
             let renewals = RealProviderTests.int(try await provider.stats(), "refresh_requests") - asked
             if outage == "killed" { try await cluster.startServer() } else { try cluster.thaw() }
             // After: rounds until every node answers and holds the session (bounded).
+            let restored = ContinuousClock.now
             var after: [Int] = []
             var converged = false
             let deadline = ContinuousClock.now + .seconds(30)
@@ -121,10 +123,12 @@ extension FleetTests {
                 converged = try await Self.everyoneLoggedIn(rigs) && statuses.allSatisfy { $0 == 200 }
                 if !converged { try await Task.sleep(for: .milliseconds(100)) }
             }
+            let convergedAfter = ContinuousClock.now - restored
             let stats = try await provider.stats()
             let total = RealProviderTests.int(stats, "refresh_requests") - asked
             print("fleet outage (\(outage)) during a rotating expiry: token requests \(renewals) during, \(total) in all; "
-                  + "during: \(Self.counted(during)); after: \(Self.counted(after)); refused \(RealProviderTests.int(stats, "refresh_refused"))")
+                  + "during: \(Self.counted(during)); after: \(Self.counted(after)) (converged \(convergedAfter) after PostgreSQL was back); "
+                  + "refused \(RealProviderTests.int(stats, "refresh_refused"))")
             if !converged || during.contains(401) || after.contains(401) { Self.printLogs(rigs) }
             #expect(converged, "every node logged in and answering at the end")
             #expect(!during.contains(401), "no 401 during the outage: \(Self.counted(during))")
