@@ -33,13 +33,18 @@ public final class OAuthProvider: Sendable {
     public var baseURL: String { "http://127.0.0.1:\(port)" }
 
     /// Starts the provider and waits (bounded) until it serves.
-    /// - Parameter accessTokenSeconds: the access tokens' lifetime.
-    public static func start(accessTokenSeconds: Int = 300) async throws -> OAuthProvider {
+    /// - Parameters:
+    ///   - accessTokenSeconds: the access tokens' lifetime.
+    ///   - refreshGraceSeconds: django-oauth-toolkit's `REFRESH_TOKEN_GRACE_PERIOD_SECONDS`: how
+    ///     long a refresh token just rotated away is still honoured (0, the toolkit's default:
+    ///     refused at once with `invalid_grant`).
+    public static func start(accessTokenSeconds: Int = 300, refreshGraceSeconds: Int = 0) async throws -> OAuthProvider {
         guard let python else { throw ProviderError("no Python with django-oauth-toolkit: set CONCIERGE_OAUTH_PYTHON or run .ci/run") }
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("concierge-idp-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let process = try ChildProcess([python, repositoryRoot + "/Tests/Fixtures/oauth-provider/provider.py", "0",
-                                        directory + "/provider.sqlite", String(accessTokenSeconds)])
+                                        directory + "/provider.sqlite", String(accessTokenSeconds),
+                                        String(refreshGraceSeconds)])
         let started = await eventually(.seconds(30)) { process.output.contains("ready ") || !process.isRunning }
         let text = process.output
         guard started, let line = text.split(separator: "\n").first(where: { $0.hasPrefix("ready ") }),
@@ -63,7 +68,8 @@ public final class OAuthProvider: Sendable {
 
     /// Counts from the provider's own token tables: `refresh_grants` (refresh tokens spent by a
     /// refresh grant or revoked), `live_refresh_tokens`, `access_tokens`, `live_access_tokens`;
-    /// and `revoke_calls`, the revocation requests it received.
+    /// `revoke_calls`, the revocation requests it received; and of the refresh grants it was
+    /// asked for: `refresh_requests`, `refresh_refused` (answered `invalid_grant`).
     public func stats() async throws -> JSONValue {
         let reply = try await ConciergeTestRig.send(.GET, baseURL + "/test/stats")
         guard let json = reply.json else { throw ProviderError("stats: \(reply.text)") }
@@ -79,6 +85,12 @@ public final class OAuthProvider: Sendable {
     /// `"invalid_grant"` (400), or `nil` (normally).
     public func setFault(_ mode: String?) async throws {
         _ = try await ConciergeTestRig.send(.GET, baseURL + "/test/fault" + (mode.map { "?mode=\($0)" } ?? ""))
+    }
+
+    /// Holds each refresh grant's reply back this long after the provider has rotated the
+    /// refresh token (0: answer at once): a client that dies meanwhile loses the new token.
+    public func setRefreshHold(_ seconds: Double) async throws {
+        _ = try await ConciergeTestRig.send(.GET, baseURL + "/test/slow?seconds=\(seconds)")
     }
 
     public struct ProviderError: Error, CustomStringConvertible {

@@ -2,7 +2,6 @@ import ConciergeCore
 import ConciergeStorage
 import Foundation
 import Logging
-import ServiceLifecycle
 import Synchronization
 
 /// This node's side of the fleet's one session (docs/fleet.md): local changes (a login, tokens
@@ -24,11 +23,14 @@ final class FleetSession: Sendable {
     /// The wall clock the pacing of token requests is judged by (the session lifecycle's).
     let clock: WallClock
     /// The last version of the fleet's row this node wrote or adopted.
-    private let applied = Mutex<Int64>(0)
+    let applied = Mutex<Int64>(0)
     /// A local change the fleet has not stored yet (written on reconnection).
-    private let pending = Mutex(false)
+    let pending = Mutex(false)
     /// Whether PostgreSQL answered the last call.
     private let reachable = Mutex(false)
+    /// A refusal of a token this node renewed alone, held instead of a logout until the fleet's
+    /// token is known (FleetSessionChanges.swift).
+    let heldRefusal = Mutex<RefusalHold?>(nil)
     private let lastWarning = Mutex<ContinuousClock.Instant?>(nil)
     /// Renewals in progress on this node, told when another node's new token is adopted
     /// (``adopted(_:)``): what they wait for may come that way first.
@@ -187,70 +189,6 @@ final class FleetSession: Sendable {
     /// How long one try waits for the row's lock (PostgreSQL's `lock_timeout`) before the next.
     var lockSlice: Duration { max(config.timeout * 2, .seconds(1)) }
 
-    /// One try for the fleet row's lock: abandoned by its caller unless it got the lock (or
-    /// failed) in time.
-    final class LockAttempt: Sendable {
-        struct Unanswered: Error, CustomStringConvertible {
-            var description: String { "the try for the fleet's lock got no answer" }
-        }
-
-        private enum State { case waiting, locked, abandoned }
-        private let state = Mutex(State.waiting)
-
-        /// Called with the lock held: whether the try may go on (it was not abandoned).
-        func claim() -> Bool {
-            state.withLock { s in
-                guard s == .waiting else { return false }
-                s = .locked
-                return true
-            }
-        }
-
-        /// Abandons the try unless it holds the lock; whether it was abandoned.
-        func abandon() -> Bool {
-            state.withLock { s in
-                guard s == .waiting else { return false }
-                s = .abandoned
-                return true
-            }
-        }
-
-        /// Runs `body`; throws ``Unanswered`` when it has neither got the lock nor ended within
-        /// `unanswered`, and ``Deadline/Exceeded`` when it has not ended within `total`. Neither
-        /// waits for a `body` that never answers (it is cancelled and left behind).
-        func run<T: Sendable>(unanswered: Duration, total: Duration, _ body: @escaping @Sendable () async throws -> T?) async throws -> T {
-            try await Deadline.run(total) {
-                try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
-                    let waiting = Answer(continuation)
-                    let work = Task {
-                        let result: Result<T, any Error>
-                        do {
-                            // `nil`: it got the lock after it was abandoned (answered already).
-                            guard let value = try await body() else { throw Unanswered() }
-                            result = .success(value)
-                        } catch {
-                            result = .failure(error)
-                        }
-                        waiting.take()?.resume(with: result)
-                    }
-                    Task {
-                        try? await Task.sleep(for: unanswered)
-                        guard self.abandon(), let continuation = waiting.take() else { return }
-                        work.cancel()
-                        continuation.resume(throwing: Unanswered())
-                    }
-                }
-            }
-        }
-    }
-
-    /// A caller's continuation, resumed once by whichever comes first.
-    private final class Answer<T: Sendable>: Sendable {
-        private let continuation: Mutex<CheckedContinuation<T, any Error>?>
-        init(_ continuation: CheckedContinuation<T, any Error>) { self.continuation = Mutex(continuation) }
-        func take() -> CheckedContinuation<T, any Error>? { continuation.withLock { $0.take() } }
-    }
-
     enum RenewalSignal: Sendable {
         case fetched
         case done(Result<TokenRefresher.Outcome, any Error>)
@@ -292,7 +230,10 @@ final class FleetSession: Sendable {
             }
         }
         if let held = heldBack(by: row) { return .keep(held) }
-        let outcome = await fetch()
+        // Recorded outside this transaction, so that a holder that dies mid-request leaves a trace.
+        let lost = await beginTokenAttempt(version: row.version)
+        let outcome = await Self.$takingOver.withValue(lost) { await fetch() }
+        await endTokenAttempt(version: row.version)
         stats.countFleetTokenRequest()
         switch outcome {
         case .refreshed:
@@ -319,7 +260,7 @@ final class FleetSession: Sendable {
         }
     }
 
-    private func adopt(_ tokens: SessionTokens, version: Int64) async throws {
+    func adopt(_ tokens: SessionTokens, version: Int64) async throws {
         if session.current != tokens {
             try await session.set(tokens)
             logger.info("fleet: session adopted", metadata: ["version": "\(version)", "user": "\(tokens.userID ?? "-")"])
@@ -331,75 +272,9 @@ final class FleetSession: Sendable {
     /// the lock's transaction, not published again.
     @TaskLocal static var renewing = false
 
-    // MARK: Local changes
-
-    /// Stores a local change (`nil`: logged out) as the fleet's session; kept pending when
-    /// PostgreSQL does not answer within `fleet.timeout`.
-    func publish(_ tokens: SessionTokens?) async {
-        // Under the row's lock the renewal's transaction stores the result itself.
-        if Self.renewing { return }
-        let text = sealed(tokens)
-        do {
-            let version = try await Deadline.run(config.timeout) { try await self.database.writeSession(text) }
-            applied.withLock { $0 = max($0, version) }
-            pending.withLock { $0 = false }
-            markReachable()
-        } catch {
-            pending.withLock { $0 = true }
-            markUnreachable("a session change could not reach the fleet; it is sent once PostgreSQL answers", error)
-        }
-    }
-
-    /// A change made here while PostgreSQL did not answer (a renewal made alone): written by
-    /// the next reconnection or heartbeat, unless the fleet has a newer session by then.
-    func markPending() {
-        pending.withLock { $0 = true }
-    }
-
-    // MARK: Changes from other nodes
-
-    /// What an announced (or, after a reconnection, possible) change means for this node.
-    enum Change: Sendable, Equatable {
-        case none
-        case adopt(SessionTokens)
-        case logout
-    }
-
-    /// Reads the row after an announcement (`version`), or after a reconnection (`nil`, when a
-    /// pending local change is written first).
-    func change(announced version: Int64?) async -> Change {
-        if let version, version <= appliedVersion { return .none }
-        do {
-            let row = try await Deadline.run(config.timeout * 5) { try await self.database.readSession() }
-            markReachable()
-            if version == nil, pending.withLock({ $0 }) {
-                // The newer of this node's session and the fleet's wins.
-                let fleetTokens = opened(row.tokens)
-                let local = session.current
-                if let fleetTokens, let local, fleetTokens.setAt > local.setAt {
-                    pending.withLock { $0 = false }
-                    applied.withLock { $0 = max($0, row.version) }
-                    return .adopt(fleetTokens)
-                }
-                await publish(local)
-                return .none
-            }
-            guard row.version > appliedVersion else { return .none }
-            applied.withLock { $0 = max($0, row.version) }
-            let tokens = opened(row.tokens)
-            if let tokens {
-                return tokens == session.current ? .none : .adopt(tokens)
-            }
-            return row.version > 0 && session.current != nil ? .logout : .none
-        } catch {
-            markUnreachable("the fleet's session could not be read", error)
-            return .none
-        }
-    }
-
     // MARK: Reachability
 
-    private func markReachable() {
+    func markReachable() {
         let was = reachable.withLock { r in defer { r = true }; return r }
         if !was { logger.info("fleet: PostgreSQL answers", metadata: ["fleet": "\(config.name)", "node": "\(config.node)"]) }
     }
@@ -410,7 +285,7 @@ final class FleetSession: Sendable {
     }
 
     /// At most one warning a minute: a database that is down fails every call.
-    private func warn(_ what: String, _ error: any Error) {
+    func warn(_ what: String, _ error: any Error) {
         if Self.due(lastWarning, every: .seconds(60)) {
             logger.warning("fleet: \(what)", metadata: ["error": "\(FleetDatabase.describe(error).prefix(200))"])
         }
@@ -418,117 +293,12 @@ final class FleetSession: Sendable {
 
     /// Whether a line rate-limited by `last` may be logged now (at most once `every`); if so,
     /// `last` becomes now.
-    private static func due(_ last: borrowing Mutex<ContinuousClock.Instant?>, every interval: Duration) -> Bool {
+    static func due(_ last: borrowing Mutex<ContinuousClock.Instant?>, every interval: Duration) -> Bool {
         let now = ContinuousClock.now
         return last.withLock { last in
             guard last.map({ now - $0 >= interval }) ?? true else { return false }
             last = now
             return true
-        }
-    }
-}
-
-/// Runs the fleet's pool and its listener: creates the schema, then adopts every session change
-/// other nodes announce and applies the invalidation log in order (reading both after each
-/// reconnection, when announcements may have been lost, and first delivering the outbox), and
-/// collects the log's garbage once a minute.
-struct FleetService: Service {
-    let fleet: FleetSession
-    let invalidations: FleetInvalidations
-    let lifecycle: SessionLifecycle
-
-    func run() async throws {
-        let tasks = [
-            Task { await fleet.database.run() },
-            Task {
-                await migrate()
-                await fleet.database.listen { announcement in await heard(announcement) }
-            },
-            Task { await collectGarbage() },
-            Task { await heartbeat() },
-        ]
-        try? await gracefulShutdown()
-        for task in tasks { task.cancel() }
-        // Not a task group: a call the cancelled pool never answers (a lease asked for as it
-        // stops is neither granted nor failed) must not hold the daemon's shutdown. 2 s at most.
-        _ = try? await Deadline.run(.seconds(2)) { for task in tasks { await task.value } }
-    }
-
-    private func heard(_ announcement: FleetDatabase.Announcement) async {
-        switch announcement {
-        case .connected:
-            await apply(fleet.change(announced: nil))
-            await invalidations.deliverOutbox()
-            await invalidations.catchUp()
-        case .session(let version):
-            await apply(fleet.change(announced: version))
-        case .invalidation:
-            await invalidations.catchUp()
-        }
-    }
-
-    /// Creates the schema, retrying with a backoff while PostgreSQL is unreachable.
-    private func migrate() async {
-        var backoff = Duration.milliseconds(200)
-        var reported = false
-        while !Task.isCancelled {
-            do {
-                try await Deadline.run(.seconds(10)) { try await fleet.database.probe() }
-                try await Deadline.run(.seconds(30)) { try await fleet.database.migrate() }
-                return
-            } catch {
-                let detail: Logger.Metadata = ["error": "\(String(reflecting: error).prefix(200))"]
-                if let refusal = FleetDatabase.refusal(error) {
-                    // Not an outage: nothing will change until the configuration does. Said once.
-                    if !reported { fleet.logger.error("fleet: \(refusal); serving on alone, retrying", metadata: detail) }
-                } else if !reported {
-                    fleet.logger.warning("fleet: PostgreSQL unreachable, schema not ready; serving on alone, retrying", metadata: detail)
-                }
-                reported = true
-                try? await Task.sleep(for: backoff)
-                backoff = min(backoff * 2, .seconds(10))
-            }
-        }
-    }
-
-    /// Once a second: whether PostgreSQL answers (a frozen database keeps the listener's
-    /// connection open but silent, and a silently dead connection hears nothing), and, when it
-    /// does, what the listener may have missed: the session, the outbox, the log.
-    private func heartbeat() async {
-        while !Task.isCancelled {
-            try? await Task.sleep(for: .seconds(1))
-            do {
-                try await fleet.answers(within: fleet.config.timeout * 5)
-                await heard(.connected)
-                await invalidations.report()
-            } catch {
-                if !Task.isCancelled { fleet.markUnreachable("PostgreSQL does not answer", error) }
-            }
-        }
-    }
-
-    /// Deletes log rows older than `fleet.retention`, once a minute (one node at a time).
-    private func collectGarbage() async {
-        while !Task.isCancelled {
-            try? await Task.sleep(for: .seconds(60))
-            _ = try? await Deadline.run(.seconds(10)) { try await fleet.database.collectGarbage(retention: fleet.config.retention) }
-        }
-    }
-
-    private func apply(_ change: FleetSession.Change) async {
-        switch change {
-        case .none:
-            break
-        case .adopt(let tokens):
-            do {
-                try await fleet.session.set(tokens)
-                fleet.adopted(tokens)
-                fleet.logger.info("fleet: session adopted", metadata: ["user": "\(tokens.userID ?? "-")", "kind": "\(tokens.kind.rawValue)"])
-            } catch {
-                fleet.logger.error("fleet: could not store the adopted session", metadata: ["error": "\(FleetDatabase.describe(error))"])
-            }
-        case .logout:
-            await lifecycle.logout(ifAccessToken: nil, reason: .string("fleet"), publishToFleet: false)
         }
     }
 }

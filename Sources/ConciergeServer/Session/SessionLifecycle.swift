@@ -11,6 +11,9 @@ import Synchronization
 struct SessionLifecycle: Sendable {
     /// The logout reason of a refresh the provider refused for good.
     static let refreshFailed = "refresh_failed"
+    /// The logout reason of a refresh refused after the fleet node making it died mid-request
+    /// (a rotated refresh token lost with that node; docs/fleet.md).
+    static let refreshLost = "refresh_lost"
 
     let session: SessionState
     /// Where a user's entries are removed on logout.
@@ -99,14 +102,20 @@ struct SessionLifecycle: Sendable {
     /// - Returns: the tokens dropped, or `nil` when a newer session was kept.
     @discardableResult
     func logout(ifAccessToken accessToken: String?, reason: JSONValue, publishToFleet: Bool = true) async -> SessionTokens? {
+        // In a fleet: a refusal seen while renewing alone is held, not a logout; one seen taking
+        // over from a node that died mid-request is `refresh_lost`.
+        if let fleet, fleet.holdsRefusal(of: accessToken, reason: reason) { return nil }
+        let reason = FleetSession.logoutReason(reason)
         guard let dropped = try? await session.clear(ifAccessToken: accessToken) else { return nil }
-        if publishToFleet { await fleet?.publish(nil) }
+        if publishToFleet { await fleet?.publishLogout(ended: accessToken) }
         stats.increment(.logouts)
         let removed = dropped.kind == .user ? ((try? await cache.invalidate(.user(dropped.cacheUser))) ?? 0) : 0
         logger.info("session dropped", metadata: ["user": "\(dropped.userID ?? "-")", "reason": "\(reason.parameterText)",
                                                   "entries_removed": "\(removed)"])
         events.publish("session.logout", ["user": dropped.userID.map(JSONValue.string) ?? .null, "reason": reason])
-        if publishToFleet, dropped.kind == .user, reason != .string(Self.refreshFailed) { revocation?.revoke(dropped) }
+        if publishToFleet, dropped.kind == .user, reason != .string(Self.refreshFailed), reason != .string(Self.refreshLost) {
+            revocation?.revoke(dropped)
+        }
         return dropped
     }
 }

@@ -156,16 +156,16 @@ public actor TokenRefresher {
     private func coordinated(_ current: SessionTokens?, stale: String?, loopGuard: ConciergeConfig.RefreshLimit?,
                              generation: Int) async -> Outcome {
         guard let fleet = lifecycle.fleet else { return await perform(current, generation: generation) }
+        // A refusal this node got while renewing alone stands until the fleet's token is known.
+        if let held = await fleet.refusalOutcome() { return held }
         let settings = runtime.current.settings
         if let outcome = await fleet.renew(stale: stale, kind: settings.session.kind, loopGuard: loopGuard,
                                            tokenTimeout: settings.limits.defaultTimeout,
                                            fetch: { await self.perform(current, generation: generation) }) {
             return outcome
         }
-        let outcome = await perform(session.current, generation: session.generation)
         // Handed to the fleet once PostgreSQL answers; the request does not wait for it.
-        if case .refreshed = outcome { fleet.markPending() }
-        return outcome
+        return await fleet.renewAlone { [session] in await self.perform(session.current, generation: session.generation) }
     }
 
     private func perform(_ tokens: SessionTokens?, generation: Int) async -> Outcome {

@@ -65,7 +65,7 @@ public final class FleetDatabase: Sendable {
 
     // MARK: Schema
 
-    static let schemaVersion = 3
+    static let schemaVersion = 4
 
     /// Creates the schema, serialised between nodes that start together.
     public func migrate() async throws {
@@ -100,7 +100,10 @@ public final class FleetDatabase: Sendable {
             try await db.query("CREATE TABLE IF NOT EXISTS concierge.loop_signal (fleet text NOT NULL, at timestamptz NOT NULL DEFAULT now())",
                                logger: logger)
             try await db.query(PostgresQuery(unsafeSQL: Self.sharedCacheTable), logger: logger)
+            // Version 3: token-request pacing shared through the session row (FleetDatabase+Pacing.swift).
             try await Self.migratePacing(db, logger: logger)
+            // Version 4: the token request under way (FleetDatabase+TokenAttempt.swift).
+            try await db.query(PostgresQuery(unsafeSQL: Self.tokenAttemptTable), logger: logger)
             try await db.query("CREATE TABLE IF NOT EXISTS concierge.schema_version (version int NOT NULL)", logger: logger)
             try await db.query("""
                 INSERT INTO concierge.schema_version (version) SELECT \(Self.schemaVersion)
@@ -204,11 +207,11 @@ public final class FleetDatabase: Sendable {
         return 0
     }
 
-    private static func ensureRow(_ db: PostgresConnection, fleet: String, logger: Logger) async throws {
+    static func ensureRow(_ db: PostgresConnection, fleet: String, logger: Logger) async throws {
         try await db.query("INSERT INTO concierge.session (fleet) VALUES (\(fleet)) ON CONFLICT (fleet) DO NOTHING", logger: logger)
     }
 
-    private static func update(_ db: PostgresConnection, fleet: String, node: String, tokens: String?, fromCall: Bool,
+    static func update(_ db: PostgresConnection, fleet: String, node: String, tokens: String?, fromCall: Bool,
                                logger: Logger) async throws -> Int64 {
         let rows = try await db.query("""
             UPDATE concierge.session SET version = version + 1, tokens = \(tokens), from_call = \(fromCall), updated_by = \(node),
