@@ -261,6 +261,9 @@ struct WeChatDialectTests {
             // The first reply is the upstream's refusal after its one replay; then no token, no call.
             #expect(statuses == [200] + Array(repeating: 502, count: 11), "\(statuses)")
             #expect(rig.logText.contains("token calls throttled"))
+            // Every request the guard answered without a token call is counted (concierge_loop_guard_trips_total).
+            let trips = try await rig.admin(.GET, "/stats").json?[path: "loop_guard_trips"]?.intValue ?? 0
+            #expect(trips >= 1, "\(trips)")
         }
     }
 }

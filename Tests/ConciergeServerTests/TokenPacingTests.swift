@@ -128,6 +128,10 @@ struct TokenPacingTests {
             #expect(fetches <= 4, "\(fetches) token requests")
             #expect(fetches >= 2, "tried again once the back-off passed")
             #expect(rig.api.state.calls("/cgi-bin/items") == 0, "no request went out without a token")
+            // Each failed token request is counted once (/stats and concierge_token_request_failures_total).
+            let stats = try await rig.admin(.GET, "/stats").json
+            #expect(stats?[path: "token_request_failures"] == .int(Int64(fetches)))
+            #expect(try await rig.admin(.GET, "/metrics").text.contains("\nconcierge_token_request_failures_total \(fetches)\n"))
         }
     }
 

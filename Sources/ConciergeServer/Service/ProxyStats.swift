@@ -72,15 +72,15 @@ public final class ProxyStats: Sendable {
         let buckets: [Duration] = [.milliseconds(1), .milliseconds(2), .milliseconds(5), .milliseconds(10), .milliseconds(25),
                                    .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500),
                                    .seconds(1), .seconds(2), .seconds(5), .seconds(10)]
-        upstreamLatency = registry.makeDurationHistogram(name: "concierge_upstream_duration_seconds", buckets: buckets,
-                                                         help: "Time of upstream exchanges, in seconds.")
-        requestLatency = registry.makeDurationHistogram(name: "concierge_request_duration_seconds", buckets: buckets,
-                                                        help: "Time from request to reply, in seconds.")
-        entriesGauge = registry.makeGauge(name: "concierge_cache_entries", help: "Entries in the cache.")
-        bytesGauge = registry.makeGauge(name: "concierge_cache_bytes", help: "Bytes of cached replies.")
-        storageDegradedGauge = registry.makeGauge(name: "concierge_storage_degraded",
-                                                  help: "1 while SQLite writes fail (disk full, I/O error), else 0.")
-        storageFailures = registry.makeCounter(name: "concierge_storage_write_failures_total", help: "SQLite writes that failed.")
+        upstreamLatency = registry.makeDurationHistogram(descriptor: .named("concierge_upstream_duration_seconds",
+            "Time of upstream exchanges, in seconds."), buckets: buckets)
+        requestLatency = registry.makeDurationHistogram(descriptor: .named("concierge_request_duration_seconds",
+            "Time from request to reply, in seconds."), buckets: buckets)
+        entriesGauge = registry.makeGauge(descriptor: .named("concierge_cache_entries", "Entries in the cache."))
+        bytesGauge = registry.makeGauge(descriptor: .named("concierge_cache_bytes", "Bytes of cached replies."))
+        storageDegradedGauge = registry.makeGauge(descriptor: .named("concierge_storage_degraded",
+            "1 while SQLite writes fail (disk full, I/O error), else 0."))
+        storageFailures = registry.makeCounter(descriptor: .named("concierge_storage_write_failures_total", "SQLite writes that failed."))
     }
 
     public func increment(_ counter: Counter, by amount: Int = 1) {
@@ -125,9 +125,8 @@ public final class ProxyStats: Sendable {
         if let last = lastCounter.currentValue, last.key == key { return last.counter }
         let counter = requestsByStatus.withLock { map -> Prometheus.Counter in
             if let c = map[key] { return c }
-            let c = registry.makeCounter(name: "concierge_requests_by_endpoint_total",
-                                         labels: [("endpoint", key.endpoint), ("cache", key.cache?.rawValue ?? "NONE"), ("status", "\(key.status)")],
-                                         help: "Client requests by endpoint, cache status and HTTP status.")
+            let c = registry.makeCounter(descriptor: .named("concierge_requests_by_endpoint_total",
+                "Client requests by endpoint, cache status and HTTP status."), labels: [("endpoint", key.endpoint), ("cache", key.cache?.rawValue ?? "NONE"), ("status", "\(key.status)")])
             map[key] = c
             return c
         }
@@ -157,12 +156,13 @@ public final class ProxyStats: Sendable {
             let buckets: [Duration] = [.milliseconds(1), .milliseconds(2), .milliseconds(5), .milliseconds(10), .milliseconds(25),
                                        .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1), .seconds(5)]
             metrics = FleetMetrics(
-                up: registry.makeGauge(name: "concierge_fleet_up", help: "1 while the fleet's PostgreSQL answers, else 0."),
-                appliedSeq: registry.makeGauge(name: "concierge_fleet_applied_seq", help: "The last fleet invalidation applied here."),
-                tokenRequests: registry.makeCounter(name: "concierge_fleet_token_requests_total",
-                                                    help: "Token requests this node made for the fleet."),
-                applyDelay: registry.makeDurationHistogram(name: "concierge_fleet_invalidation_delay_seconds", buckets: buckets,
-                                                           help: "From another node's invalidation commit to its application here, in seconds."))
+                up: registry.makeGauge(descriptor: .named("concierge_fleet_up", "1 while the fleet's PostgreSQL answers, else 0.")),
+                appliedSeq: registry.makeGauge(descriptor: .named("concierge_fleet_applied_seq",
+                    "The last fleet invalidation applied here.")),
+                tokenRequests: registry.makeCounter(descriptor: .named("concierge_fleet_token_requests_total",
+                    "Token requests this node made for the fleet.")),
+                applyDelay: registry.makeDurationHistogram(descriptor: .named("concierge_fleet_invalidation_delay_seconds",
+                    "From another node's invalidation commit to its application here, in seconds."), buckets: buckets))
         }
     }
 
@@ -219,6 +219,14 @@ public final class ProxyStats: Sendable {
         let hits = value(.hits) + value(.stale)
         let total = hits + value(.misses) + value(.bypass)
         return total == 0 ? 0 : Double(hits) / Double(total)
+    }
+}
+
+extension MetricNameDescriptor {
+    /// A metric named in full (`concierge_…_total`, `…_seconds`): swift-prometheus joins the
+    /// parts it is given and drops empty ones, so the whole name goes in `metricName`.
+    static func named(_ name: String, _ help: String) -> MetricNameDescriptor {
+        MetricNameDescriptor(metricName: name, unitName: "", helpText: help)
     }
 }
 

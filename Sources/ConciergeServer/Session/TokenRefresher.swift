@@ -89,13 +89,18 @@ public actor TokenRefresher {
         if let wait = session.pacing.retryAfter(at: clock.now) { return .unavailable(retryAfter: wait) }
         let now = ContinuousClock.now
         if expirySignal, let staleToken, staleToken == lastIssued { loopSignals.append(now) }
-        if let wait = throttle(limit: config.maxRefreshes, now: now) { return .throttled(retryAfter: wait) }
+        if let wait = throttle(limit: config.maxRefreshes, now: now) {
+            stats.increment(.loopGuardTrips)
+            return .throttled(retryAfter: wait)
+        }
         let generation = session.generation
         let loopGuard = expirySignal ? config.maxRefreshes : nil
         let task = Task { await self.coordinated(current, stale: staleToken, loopGuard: loopGuard, generation: generation) }
         inFlight = task
         let outcome = await task.value
         inFlight = nil
+        // The fleet's loop guard, counted across nodes, refused it (``FleetSession/renew``).
+        if case .throttled = outcome { stats.increment(.loopGuardTrips) }
         if case .refreshed(let token) = outcome { lastIssued = token }
         return outcome
     }
@@ -125,6 +130,7 @@ public actor TokenRefresher {
     /// pause it sets, which the reply's `Retry-After` gives).
     private func refused(_ reason: String, _ failure: TokenRequestPacing.Failure, path: String, maxBackoff: Duration) -> Outcome {
         let now = clock.now
+        stats.increment(.tokenRequestFailures)
         if failure == .credentialsRefused {
             let instant = ContinuousClock.now
             if lastCredentialsError.map({ instant - $0 >= .seconds(60) }) ?? true {
@@ -205,6 +211,7 @@ public actor TokenRefresher {
             if let now = session.current { return .refreshed(now.accessToken) }
             return .loggedOut
         case .rejected(let reason):
+            stats.increment(.tokenRequestFailures)
             logger.warning("token refresh refused: the grant is dead; dropping the session",
                            metadata: ["reason": "\(reason)", "path": "\(refresh.path)"])
             await lifecycle.logout(ifAccessToken: tokens.accessToken, reason: .string(SessionLifecycle.refreshFailed))
