@@ -13,10 +13,13 @@ import Synchronization
 public final class ProxyStats: Sendable {
     public enum Counter: Int, CaseIterable, Sendable {
         case requests, hits, misses, stale, bypass, refreshes, replays, logouts, upstreamErrors, invalidations
+        /// An unsafe request's invalidation in `mode: http` that could not happen (a storage error).
+        case httpInvalidationsSkipped
 
         var jsonName: String {
             switch self {
             case .upstreamErrors: return "upstream_errors"
+            case .httpInvalidationsSkipped: return "http_invalidations_skipped"
             default: return "\(self)"
             }
         }
@@ -35,6 +38,7 @@ public final class ProxyStats: Sendable {
             case .logouts: return "Sessions dropped (logout code, failed refresh, admin)."
             case .upstreamErrors: return "Upstream failures: refused connections, timeouts, 5xx."
             case .invalidations: return "Cache invalidations through the admin API and write endpoints."
+            case .httpInvalidationsSkipped: return "Invalidations an unsafe request asked for in mode http that storage could not make."
             }
         }
     }
