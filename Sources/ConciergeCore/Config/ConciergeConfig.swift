@@ -190,6 +190,9 @@ public struct ConciergeConfig: Sendable {
         public var mode: EndpointPolicy.CachePolicy.Mode = .ttl
         /// `cache.max_ttl`: with `mode: http`, the cap on freshness for those requests.
         public var maxTTL: Duration? = nil
+        /// `cache.store_set_cookie` and `cache.key_headers`, for those requests.
+        public var storeSetCookie = false
+        public var keyHeaders: [String] = []
 
         /// The policy for requests no endpoint matches.
         public var passThrough: EndpointPolicy {
@@ -198,6 +201,8 @@ public struct ConciergeConfig: Sendable {
                 policy.cache.mode = .http
                 policy.cache.ttl = defaultTTL
                 policy.cache.maxTTL = maxTTL
+                policy.cache.storeSetCookie = storeSetCookie
+                policy.cache.keyHeaders = keyHeaders
             }
             return policy
         }

@@ -83,12 +83,33 @@ extension ConfigLoader {
         return mode
     }
 
+    /// `cache.key_headers` or `endpoints[].cache.key_headers`: field names (tokens), lowercased;
+    /// never a credential's.
+    private static func keyHeaders(_ node: Node, _ path: String, _ r: YAMLReader) -> [String]? {
+        guard let list = r.stringList(node, path) else { return nil }
+        var names: [String] = []
+        for (i, name) in list.enumerated() {
+            let lower = name.lowercased()
+            if !HTTPFieldSyntax.isToken(name) {
+                r.fail("\(path)[\(i)]", node, "not a header name: '\(HTTPFieldSyntax.printable(name))'")
+            } else if UnkeyedRequestFields.credentialNames.contains(lower) {
+                r.fail("\(path)[\(i)]", node, "'\(name)' carries credentials and may not be part of a cache key")
+            } else if !names.contains(lower) {
+                names.append(lower)
+            }
+        }
+        return names
+    }
+
     /// `cache`: the key version, the params left out of keys and the default TTL.
     static func cacheSection(_ node: Node?, _ r: YAMLReader, signing: SigningConfig?) -> ConciergeConfig.Cache {
         var cache = ConciergeConfig.Cache(version: 1, volatileParams: ["timestamp", "signature", "_"], defaultTTL: .zero)
-        if let node, let m = r.mapping(node, "cache", allowed: ["version", "volatile_params", "default_ttl", "mode", "max_ttl"]) {
+        if let node, let m = r.mapping(node, "cache", allowed: ["version", "volatile_params", "default_ttl", "mode", "max_ttl",
+                                                                "store_set_cookie", "key_headers"]) {
             if let n = m["mode"], let mode = cacheMode(n, "cache.mode", r) { cache.mode = mode }
             if let n = m["max_ttl"], let d = r.duration(n, "cache.max_ttl") { cache.maxTTL = d }
+            if let n = m["store_set_cookie"], let b = r.bool(n, "cache.store_set_cookie") { cache.storeSetCookie = b }
+            if let n = m["key_headers"], let names = keyHeaders(n, "cache.key_headers", r) { cache.keyHeaders = names }
             if let n = m["version"], let v = r.int(n, "cache.version", range: 0...Int(Int32.max)) { cache.version = v }
             if let n = m["volatile_params"], let v = r.stringList(n, "cache.volatile_params") { cache.volatileParams = Set(v) }
             if let n = m["default_ttl"], let d = r.duration(n, "cache.default_ttl") { cache.defaultTTL = d }
@@ -161,7 +182,7 @@ extension ConfigLoader {
         var explicitScope: EndpointPolicy.Scope? = nil
         policy.cache.ttl = cache.defaultTTL
         if let n = m["cache"], let cm = r.mapping(n, "\(path).cache", allowed: ["ttl", "scope", "stale_if_error", "stale_while_revalidate", "version", "mode", "max_ttl",
-                                                                              "tags", "tags_header"]) {
+                                                                              "tags", "tags_header", "store_set_cookie", "key_headers"]) {
             var templates: [String] = []
             var tagsHeader: String? = nil
             if let v = cm["tags"], let list = r.stringList(v, "\(path).cache.tags") { templates = list }
@@ -173,6 +194,8 @@ extension ConfigLoader {
             }
             if let v = cm["mode"], let mode = cacheMode(v, "\(path).cache.mode", r) { policy.cache.mode = mode }
             if let v = cm["max_ttl"], let d = r.duration(v, "\(path).cache.max_ttl") { policy.cache.maxTTL = d }
+            if let v = cm["store_set_cookie"], let b = r.bool(v, "\(path).cache.store_set_cookie") { policy.cache.storeSetCookie = b }
+            if let v = cm["key_headers"], let names = keyHeaders(v, "\(path).cache.key_headers", r) { policy.cache.keyHeaders = names }
             if let v = cm["ttl"], let d = r.duration(v, "\(path).cache.ttl") { policy.cache.ttl = d }
             if let v = cm["scope"], let s = r.string(v, "\(path).cache.scope") {
                 if let sc = EndpointPolicy.Scope(rawValue: s) { explicitScope = sc } else { r.fail("\(path).cache.scope", v, "expected user or shared, found '\(s)'") }

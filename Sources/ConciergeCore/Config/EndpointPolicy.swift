@@ -24,6 +24,12 @@ public struct EndpointPolicy: Sendable {
         public var maxTTL: Duration? = nil
         /// `tags` and `tags_header`: what a stored entry is tagged with.
         public var tags: CacheTags = .none
+        /// `store_set_cookie`: with `mode: http`, a reply with `Set-Cookie` is stored (without
+        /// it) instead of not at all.
+        public var storeSetCookie = false
+        /// `key_headers` (lowercase): request fields whose values are part of the key, and
+        /// which are forwarded even when they are ``UnkeyedRequestFields``.
+        public var keyHeaders: [String] = []
     }
 
     public enum Signing: Sendable {

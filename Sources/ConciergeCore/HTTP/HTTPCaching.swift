@@ -61,7 +61,7 @@ public enum HTTPCaching {
         if CacheControl(request["cache-control"]).noStore { return nil }
         let d = directives(reply)
         if d.noStore || d.isPrivate { return nil }
-        if request.contains(name: "authorization"), !(d.isPublic || d.sMaxAge != nil || d.mustRevalidate) { return nil }
+        if request.contains(name: "authorization"), !sharesAuthorized(d) { return nil }
         let date = reply.first(name: "date").flatMap(HTTPDate.parse)
         var lifetime: Double
         if let s = d.sMaxAge {
@@ -87,6 +87,27 @@ public enum HTTPCaching {
         let windows = staleWindows(reply, endpointStale: endpointStale)
         return Freshness(ttl: lifetime - initialAge(reply, date: date, now: now),
                          staleWhileRevalidate: windows.whileRevalidate, staleIfError: windows.ifError)
+    }
+
+    /// Whether a reply to a request with `Authorization` may be stored and served to others
+    /// (RFC 9111 §3.5): only when it says `public`, `s-maxage` or `must-revalidate`.
+    public static func sharesAuthorizedReplies(_ reply: HTTPHeaders) -> Bool {
+        sharesAuthorized(directives(reply))
+    }
+
+    private static func sharesAuthorized(_ d: CacheControl) -> Bool {
+        d.isPublic || d.sMaxAge != nil || d.mustRevalidate
+    }
+
+    /// The fields a reply is stored with, as far as `Set-Cookie` goes: `nil` (not stored) when
+    /// it sets a cookie, unless `storeSetCookie` (`cache.store_set_cookie: true`), which stores
+    /// it without its `Set-Cookie` fields. One client's cookie is never served to another.
+    public static func storedFields(_ reply: HTTPHeaders, storeSetCookie: Bool) -> HTTPHeaders? {
+        guard reply.contains(name: "set-cookie") else { return reply }
+        guard storeSetCookie else { return nil }
+        var kept = reply
+        kept.remove(name: "set-cookie")
+        return kept
     }
 
     /// How long past its freshness a reply may be served stale: its own

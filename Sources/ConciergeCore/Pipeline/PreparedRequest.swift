@@ -170,12 +170,18 @@ public struct PreparedRequest: Sendable {
                                        scope: .notStorable, bypass: bypasses(received.headers),
                                        originalHeaders: received.headers, receivedTarget: target, clientAddress: received.clientAddress))
         if endpoint.isCacheable, received.body != nil {
-            let authorizationReplaced = injects && rc.injector.replacesAuthorization
+            // With `mode: http` the reply decides whether a reply to the client's own
+            // `Authorization` is shared (RFC 9111 §3.5: `HTTPCaching.sharesAuthorizedReplies`).
+            let authorizationReplaced = injects && rc.injector.replacesAuthorization || endpoint.httpCaching
             prepared.scope = CacheScope.of(endpoint, injects: injects, appToken: appToken, session: session,
                                            clientToken: !injects && rc.injector.carriesToken(request),
                                            clientCredentials: CacheScope.carriesClientCredentials(received.headers,
                                                                                                  authorizationReplaced: authorizationReplaced))
-            if prepared.scope != .notStorable { prepared.cacheKey = prepared.makeCacheKey() }
+            if prepared.scope != .notStorable {
+                let keyHeaders = endpoint.cache.keyHeaders
+                prepared.cacheKey = keyHeaders.isEmpty ? prepared.makeCacheKey()
+                    : prepared.makeCacheKey() + UnkeyedRequestFields.keyPart(received.headers, keyHeaders: keyHeaders)
+            }
         }
         return .ready(prepared)
     }

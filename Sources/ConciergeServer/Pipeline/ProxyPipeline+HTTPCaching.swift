@@ -11,13 +11,14 @@ extension ProxyPipeline {
     nonisolated(nonsending) func handleHTTPCaching(_ p: PreparedRequest, key baseKey: String) async -> ProxyAnswer {
         guard p.request.method == "GET" || p.request.method == "HEAD" else {
             let result = await exchange.run(p)
-            await invalidateAfterUnsafe(p, result)
             return Self.withStatus(result.answer, .miss, "concierge; fwd=method; fwd-status=\(result.answer.reply.status)")
         }
         let directives = RequestCacheDirectives(p.originalHeaders)
         let key = varyIndex.key(baseKey, request: p.originalHeaders)
         let now = cache.clock.now
-        let entry = await cache.lookup(key)
+        // A request with its own `Authorization` takes only what RFC 9111 §3.5 lets be shared.
+        let ownAuthorization = p.carriesOwnAuthorization
+        let entry = await cache.lookup(key).flatMap { !ownAuthorization || HTTPCaching.sharesAuthorizedReplies($0.headers) ? $0 : nil }
         let policy = p.endpoint.cache
         let windows = entry.map { HTTPCaching.staleWindows($0.headers, endpointStale: (policy.staleWhileRevalidate.seconds, policy.staleIfError.seconds)) }
         if let entry, let windows, !directives.noCache {
@@ -30,7 +31,8 @@ extension ProxyPipeline {
             case .staleAccepted:
                 return CachedReply.make(entry, p, status: .stale, now: now, detail: "max-stale")
             case .no:
-                if directives.maxAge == nil, directives.minFresh == nil, now < entry.freshUntil + windows.whileRevalidate {
+                // Not for a request with its own credentials: others may join a background refresh.
+                if directives.maxAge == nil, directives.minFresh == nil, !ownAuthorization, now < entry.freshUntil + windows.whileRevalidate {
                     revalidateHTTPInBackground(p, key: baseKey, entry: entry)
                     return CachedReply.make(entry, p, status: .stale, now: now, detail: "stale-while-revalidate")
                 }
@@ -44,7 +46,8 @@ extension ProxyPipeline {
         let forward = directives.noCache ? "request" : entry != nil ? "stale" : varyIndex.varies(baseKey) ? "vary-miss" : "uri-miss"
         let fetched: Fetched
         let me = UInt64.random(in: 1...UInt64.max)
-        if directives.noCache || directives.noStore {
+        if directives.noCache || directives.noStore || ownAuthorization {
+            // Never collapsed with others: a reply to its own credentials may be its alone.
             fetched = await fetchAndStoreHTTP(p, baseKey: baseKey, store: !directives.noStore, revalidating: entry)
         } else {
             // Waiters get the leader's reply only when it is their variant too.
@@ -108,12 +111,17 @@ extension ProxyPipeline {
         let initialAge = Int(HTTPCaching.initialAge(headers, date: headers.first(name: "date").flatMap(HTTPDate.parse), now: now))
         headers.remove(name: "age")
         if initialAge > 0 { headers.add(name: "Age", value: String(initialAge)) }
+        // A reply that sets a cookie (the client's copy says so where an envelope's storable one
+        // lost the field) is not stored, or with `store_set_cookie` stored without it.
+        let setsCookie = headers.contains(name: "set-cookie") || result.answer.reply.headers.contains(name: "set-cookie")
+        let kept = setsCookie && !policy.storeSetCookie ? nil : HTTPCaching.storedFields(headers, storeSetCookie: true)
         var entry: CacheEntry? = nil
-        if let freshness, !varying.contains("*"), freshness.ttl > 0 || freshness.staleIfError > 0 || freshness.staleWhileRevalidate > 0 || validatable {
+        if let freshness, let kept, !varying.contains("*"),
+           freshness.ttl > 0 || freshness.staleIfError > 0 || freshness.staleWhileRevalidate > 0 || validatable {
             varyIndex.record(baseKey, fields: varying)
             // A reply with validators is kept a day past its windows, to be revalidated.
             entry = CacheEntry(key: varyIndex.key(baseKey, request: p.originalHeaders), endpoint: p.endpoint.name, userID: p.scope.userID,
-                               status: status, headers: headers, body: body, storedAt: now, ttl: freshness.ttl,
+                               status: status, headers: kept, body: body, storedAt: now, ttl: freshness.ttl,
                                staleWhileRevalidate: freshness.staleWhileRevalidate,
                                staleIfError: max(freshness.staleIfError, validatable ? Self.validationRetention : 0),
                                version: policy.version ?? p.config.settings.cache.version)
@@ -122,11 +130,14 @@ extension ProxyPipeline {
         var stored = false
         if store, let entry {
             stored = cache.store(entry)
+            variantKeys.stored(entry.key)
             if stored, let shared, let seen { shared.store(entry, seen: seen) }
         }
+        // A 304 answers this client with the stored body and the refreshed fields, its cookie too.
         let updated = stale != nil && storable.status == 304
-            ? entry ?? CacheEntry(key: stale!.key, endpoint: p.endpoint.name, userID: p.scope.userID, status: status, headers: headers, body: body,
-                                  storedAt: now, ttl: 0, staleWhileRevalidate: 0, staleIfError: 0, version: stale!.version)
+            ? (setsCookie ? nil : entry) ?? CacheEntry(key: stale!.key, endpoint: p.endpoint.name, userID: p.scope.userID, status: status,
+                                                       headers: headers, body: body, storedAt: now, ttl: 0, staleWhileRevalidate: 0,
+                                                       staleIfError: 0, version: stale!.version)
             : nil
         return Fetched(result: result, stored: stored, variant: varying.isEmpty ? nil : entry?.key, updated: updated,
                        storedTTL: stored ? entry.map { Int($0.ttl.rounded(.down)) } : nil)
@@ -148,11 +159,22 @@ extension ProxyPipeline {
         return true
     }
 
+    /// Safe methods (RFC 9110 §9.2.1); every other one, unknown ones included, is unsafe.
+    static let safeMethods: Set<String> = ["GET", "HEAD", "OPTIONS", "TRACE"]
+
+    /// An unsafe request on a `mode: http` endpoint: forwarded, and a non-error reply
+    /// invalidates what its target stored, before the client gets the reply.
+    nonisolated(nonsending) func handleUnsafeHTTP(_ p: PreparedRequest) async -> ProxyAnswer {
+        let result = await exchange.run(p)
+        await invalidateAfterUnsafe(p, result)
+        return Self.withStatus(result.answer, .miss, "concierge; fwd=method; fwd-status=\(result.answer.reply.status)")
+    }
+
     /// A non-error reply to an unsafe method invalidates the stored replies of its target
-    /// and of a same-origin `Location` or `Content-Location` (RFC 9111 §4.4).
+    /// and of a same-origin `Location` or `Content-Location` (RFC 9111 §4.4): each URL's key
+    /// and its variants, found through the key index (``CacheStore/invalidate(urlKeys:hotKeys:)``).
+    /// An invalidation that storage cannot make is logged and counted, never dropped silently.
     nonisolated(nonsending) private func invalidateAfterUnsafe(_ p: PreparedRequest, _ result: UpstreamExchange.Result) async {
-        // Unsafe: every method but the safe ones, unknown ones included.
-        guard !["GET", "HEAD", "OPTIONS", "TRACE"].contains(p.request.method) else { return }
         let reply = result.answer.reply
         guard (200..<400).contains(reply.status) else { return }
         var keys = [p.getKey(target: p.receivedTarget)]
@@ -160,10 +182,14 @@ extension ProxyPipeline {
             guard let value = reply.headers.first(name: name), let target = Self.sameOriginTarget(value, base: p.upstream.baseURL, requestPath: p.request.path) else { continue }
             keys.append(p.getKey(target: target))
         }
-        for key in Set(keys) {
-            // The key itself and its variants (`key vary=…`).
-            guard let pattern = try? KeyPattern("^" + Self.literal(key) + "(?: vary=.*)?$") else { continue }
-            _ = try? await cache.invalidate(matching: pattern)
+        let urlKeys = Array(Set(keys))
+        do {
+            _ = try await cache.invalidate(urlKeys: urlKeys, hotKeys: variantKeys.take(urlKeys))
+        } catch {
+            exchange.stats.increment(.httpInvalidationsSkipped)
+            exchange.logger.error("an unsafe request's invalidation was skipped: storage failed",
+                                  metadata: ["endpoint": "\(p.endpoint.name)", "method": "\(p.request.method)",
+                                             "urls": "\(urlKeys.count)", "error": "\(error)"])
         }
     }
 
@@ -190,11 +216,6 @@ extension ProxyPipeline {
         let rest = url[scheme.upperBound...]
         let end = rest.firstIndex(of: "/") ?? rest.endIndex
         return String(url[..<end])
-    }
-
-    /// A PCRE2 literal: `\Q…\E`, with any `\E` inside split out.
-    static func literal(_ text: String) -> String {
-        "\\Q" + text.replacingOccurrences(of: "\\E", with: "\\E\\\\E\\Q") + "\\E"
     }
 
     /// A client's own conditional `GET` answered from a fresh entry (RFC 9110 §13.2.2): `304`
@@ -273,5 +294,13 @@ extension ProxyPipeline {
                 await self.fetchAndStoreHTTP(p, baseKey: key, store: true, revalidating: entry)
             }
         }
+    }
+}
+
+extension PreparedRequest {
+    /// Whether the client sent an `Authorization` of its own that reaches the upstream (not one
+    /// that Concierge's injection replaces): RFC 9111 §3.5 then limits what is shared.
+    var carriesOwnAuthorization: Bool {
+        !(injects && config.injector.replacesAuthorization) && originalHeaders.contains(name: "authorization")
     }
 }

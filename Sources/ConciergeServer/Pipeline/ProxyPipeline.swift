@@ -30,6 +30,8 @@ public final class ProxyPipeline: Sendable {
     let coalescer = MissCoalescer<Fetched>()
     /// What replies vary on, for `mode: http` (``handleHTTPCaching(_:key:)``).
     let varyIndex = VaryIndex()
+    /// The variant keys `mode: http` stored, for an unsafe request's invalidation.
+    let variantKeys = URLVariantKeys()
     let hitMemos = HitMemos()
     /// Runs stale-while-revalidate refreshes (a service of the daemon's group).
     let revalidation: RevalidationService
@@ -79,6 +81,7 @@ public final class ProxyPipeline: Sendable {
             }
             p = prepared
         }
+        if p.endpoint.httpCaching, !Self.safeMethods.contains(p.request.method) { return await handleUnsafeHTTP(p) }
         guard let key = p.cacheKey else {
             var answer = await exchange.run(p).answer
             if p.endpoint.isCacheable { answer.reply.headers.replaceOrAdd(name: "X-Cache", value: CacheStatus.miss.rawValue) }

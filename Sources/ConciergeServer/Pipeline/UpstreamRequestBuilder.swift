@@ -11,6 +11,18 @@ enum UpstreamRequestBuilder {
     /// `Via` go up extended).
     private static let replaced = ["host", "content-length", "x-concierge-cache", "expect", "x-forwarded-for", "via"]
 
+    /// ``replaced``, with ``UnkeyedRequestFields`` too where a reply may be stored: on a cached
+    /// endpoint (in `mode: http` for `GET` and `HEAD`, the methods it stores), but those the
+    /// endpoint keys (`cache.key_headers`).
+    private static let replacedOnCached = replaced + UnkeyedRequestFields.names
+
+    private static func droppedFields(_ p: PreparedRequest) -> [String] {
+        let endpoint = p.endpoint
+        guard endpoint.isCacheable, !endpoint.httpCaching || p.request.method == "GET" || p.request.method == "HEAD" else { return replaced }
+        let keyed = endpoint.cache.keyHeaders
+        return keyed.isEmpty ? replacedOnCached : replaced + UnkeyedRequestFields.dropped(keyHeaders: keyed)
+    }
+
     /// - Parameter askingForIdentity: `Accept-Encoding: identity` replaces the client's (see
     ///   ``UpstreamExchange/request(_:_:)``).
     static func build(_ p: PreparedRequest, token: String?, logger: Logger, askingForIdentity: Bool = false) -> UpstreamRequest {
@@ -22,7 +34,7 @@ enum UpstreamRequestBuilder {
         }
         // The fields as a list, wrapped once at the end: `HTTPHeaders.add` checks every name
         // again, `replaceOrAdd` rewrites the list.
-        var fields = HopByHopFields.endToEndFields(p.originalHeaders, dropping: replaced, reserving: 4)
+        var fields = HopByHopFields.endToEndFields(p.originalHeaders, dropping: droppedFields(p), reserving: 4)
         func replaceOrAdd(_ name: String, _ value: String) {
             fields.removeAll { ASCIICase.equals($0.0, name) }
             fields.append((name, value))

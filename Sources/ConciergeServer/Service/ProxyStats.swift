@@ -14,12 +14,15 @@ public final class ProxyStats: Sendable {
     public enum Counter: Int, CaseIterable, Sendable {
         case requests, hits, misses, stale, bypass, refreshes, replays, logouts, upstreamErrors, invalidations
         case tokenRequestFailures, loopGuardTrips
+        /// An unsafe request's invalidation in `mode: http` that could not happen (a storage error).
+        case httpInvalidationsSkipped
 
         var jsonName: String {
             switch self {
             case .upstreamErrors: return "upstream_errors"
             case .tokenRequestFailures: return "token_request_failures"
             case .loopGuardTrips: return "loop_guard_trips"
+            case .httpInvalidationsSkipped: return "http_invalidations_skipped"
             default: return "\(self)"
             }
         }
@@ -40,6 +43,7 @@ public final class ProxyStats: Sendable {
             case .invalidations: return "Cache invalidations through the admin API and write endpoints."
             case .tokenRequestFailures: return "Token requests (refresh, app token) that gave no token: refused, failed or unanswered."
             case .loopGuardTrips: return "Token requests refused by the loop guard (session.max_refreshes)."
+            case .httpInvalidationsSkipped: return "Invalidations an unsafe request asked for in mode http that storage could not make."
             }
         }
     }
