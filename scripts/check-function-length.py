@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Lists Swift functions, initialisers and closures-as-properties whose bodies run over a
-line limit (default 60) in the given directories. Exit 1 when any does.
+line limit (default 60; `--limit N`) in the given directories, and with `--max-file-lines N`
+the files longer than N lines. Exit 1 when any does. CI runs
+`scripts/check-function-length.py --limit 80 --max-file-lines 450 Sources`.
 
 A body is counted from the line of its `func`/`init` keyword to its closing brace, by
 brace matching that skips string literals and comments."""
@@ -74,11 +76,27 @@ def long_functions(path):
 
 
 def main():
-    roots = sys.argv[1:] or ['Sources/ConciergeServer']
+    global LIMIT
+    args = sys.argv[1:]
+    max_file_lines = None
+    while args and args[0].startswith('--'):
+        flag, value = args[0], args[1]
+        args = args[2:]
+        if flag == '--limit':
+            LIMIT = int(value)
+        elif flag == '--max-file-lines':
+            max_file_lines = int(value)
+        else:
+            sys.exit(f'unknown option {flag}')
+    roots = args or ['Sources/ConciergeServer']
     found = []
     for root in roots:
         for path in sorted(Path(root).rglob('*.swift')):
             found += long_functions(path)
+            if max_file_lines is not None:
+                lines = len(path.read_text(encoding='utf-8').splitlines())
+                if lines > max_file_lines:
+                    found.append((lines, f'{path}: the file has {lines} lines (at most {max_file_lines})'))
     for _, message in sorted(found, reverse=True):
         print(message)
     return 1 if found else 0

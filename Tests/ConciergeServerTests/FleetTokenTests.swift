@@ -14,14 +14,14 @@ struct FleetTokenTests {
     /// waits until each has reached PostgreSQL; stops them all after `body`, whatever it did.
     static func withNodes(_ nodes: Int = 3, cluster: PostgresCluster, endpoints: String, extra: String, api: RunningSampleAPI,
                           environment: [String: String] = DialectTestConfig.environment,
-                          configTransform: (@Sendable (String) -> String)? = nil,
+                          configTransform: (@Sendable (String) -> String)? = nil, clock: ManualClock? = nil,
                           _ body: ([ConciergeTestRig]) async throws -> Void) async throws {
         var rigs: [ConciergeTestRig] = []
         do {
             for node in 0..<nodes {
                 let fleet = "fleet:\n  postgres: \"\(cluster.url)\"\n  name: test\n  node: node-\(node)\n  timeout: 1s\n"
                 rigs.append(try await ConciergeTestRig.start(endpoints: endpoints, extra: extra + "\n" + fleet, api: api,
-                                                             configTransform: configTransform, environment: environment))
+                                                             configTransform: configTransform, environment: environment, clock: clock))
             }
             for rig in rigs { #expect(try await FleetTests.fleetIsUp(rig), "node \(rig.adminPort) never reached PostgreSQL") }
             try await body(rigs)
@@ -37,9 +37,11 @@ struct FleetTokenTests {
         let cluster = try await PostgresCluster.start()
         let api = try await SampleAPI.start(configuration: SampleAPIConfiguration(dialect: .wechat))
         do {
+            // One clock for the three nodes (as one wall clock for a real fleet), moved by the test.
+            let clock = ManualClock()
             try await Self.withNodes(cluster: cluster, endpoints: DialectTestConfig.weChatEndpoints, extra: DialectTestConfig.weChat(),
-                                     api: api, environment: TokenPacingTests.wrongSecret) { rigs in
-                let answers = try await TokenPacingTests.spread(300, over: .seconds(3)) { i in
+                                     api: api, environment: TokenPacingTests.wrongSecret, clock: clock) { rigs in
+                let answers = try await TokenPacingTests.spread(300, over: .seconds(3), clock: clock, batch: 15) { i in
                     try await rigs[i % rigs.count].get("/cgi-bin/items?i=\(i)")
                 }
                 let fetches = api.state.tokenCalls

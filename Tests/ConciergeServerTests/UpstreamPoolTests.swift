@@ -19,19 +19,22 @@ struct UpstreamPoolTests {
     // MARK: Fixtures
 
     /// A pool on a group of one event loop, shut down (with the group) after `body`.
-    func withPool(maxConnections: Int = 16, idleTimeout: TimeAmount = .seconds(60),
+    func withPool(maxConnections: Int = 16, idleTimeout: TimeAmount = .seconds(60), connectTimeout: TimeAmount = .seconds(5),
                   _ body: (UpstreamConnectionPool) async throws -> Void) async throws {
-        try await withPool(loops: 1, maxConnections: maxConnections, idleTimeout: idleTimeout) { pool, _ in try await body(pool) }
+        try await withPool(loops: 1, maxConnections: maxConnections, idleTimeout: idleTimeout, connectTimeout: connectTimeout) { pool, _ in
+            try await body(pool)
+        }
     }
 
     /// A pool on a group of `loops` event loops, shut down (with the group) after `body`, which
     /// is given the group's loops too.
-    func withPool(loops count: Int, maxConnections: Int = 16, idleTimeout: TimeAmount = .seconds(60),
+    func withPool(loops count: Int, maxConnections: Int = 16, idleTimeout: TimeAmount = .seconds(60), connectTimeout: TimeAmount = .seconds(5),
                   _ body: (UpstreamConnectionPool, [any EventLoop]) async throws -> Void) async throws {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: count)
         var configuration = UpstreamConnectionPool.Configuration()
         configuration.maxConnectionsPerOrigin = maxConnections
         configuration.idleTimeout = idleTimeout
+        configuration.connectTimeout = connectTimeout
         let pool = UpstreamConnectionPool(group: group, configuration: configuration)
         do {
             try await body(pool, Array(group.makeIterator()))

@@ -179,31 +179,9 @@ extension ConfigLoader {
         if let n = m["login"], let s = r.string(n, "\(path).login") {
             if let l = EndpointPolicy.Login(rawValue: s) { policy.login = l } else { r.fail("\(path).login", n, "expected required, optional or none, found '\(s)'") }
         }
-        var explicitScope: EndpointPolicy.Scope? = nil
         policy.cache.ttl = cache.defaultTTL
-        if let n = m["cache"], let cm = r.mapping(n, "\(path).cache", allowed: ["ttl", "scope", "stale_if_error", "stale_while_revalidate", "version", "mode", "max_ttl",
-                                                                              "tags", "tags_header", "store_set_cookie", "key_headers"]) {
-            var templates: [String] = []
-            var tagsHeader: String? = nil
-            if let v = cm["tags"], let list = r.stringList(v, "\(path).cache.tags") { templates = list }
-            if let v = cm["tags_header"], let s = r.nonEmptyString(v, "\(path).cache.tags_header") { tagsHeader = s }
-            let matchPath = matchText.split(separator: " ").first { $0.hasPrefix("/") }.map(String.init) ?? ""
-            switch CacheTags.parse(templates, header: tagsHeader, matchPath: matchPath) {
-            case .success(let tags): policy.cache.tags = tags
-            case .failure(let problem): r.fail("\(path).cache.tags[\(problem.index)]", cm["tags"]!, "invalid tag template: \(problem.message)")
-            }
-            if let v = cm["mode"], let mode = cacheMode(v, "\(path).cache.mode", r) { policy.cache.mode = mode }
-            if let v = cm["max_ttl"], let d = r.duration(v, "\(path).cache.max_ttl") { policy.cache.maxTTL = d }
-            if let v = cm["store_set_cookie"], let b = r.bool(v, "\(path).cache.store_set_cookie") { policy.cache.storeSetCookie = b }
-            if let v = cm["key_headers"], let names = keyHeaders(v, "\(path).cache.key_headers", r) { policy.cache.keyHeaders = names }
-            if let v = cm["ttl"], let d = r.duration(v, "\(path).cache.ttl") { policy.cache.ttl = d }
-            if let v = cm["scope"], let s = r.string(v, "\(path).cache.scope") {
-                if let sc = EndpointPolicy.Scope(rawValue: s) { explicitScope = sc } else { r.fail("\(path).cache.scope", v, "expected user or shared, found '\(s)'") }
-            }
-            if let v = cm["stale_if_error"], let d = r.duration(v, "\(path).cache.stale_if_error") { policy.cache.staleIfError = d }
-            if let v = cm["stale_while_revalidate"], let d = r.duration(v, "\(path).cache.stale_while_revalidate") { policy.cache.staleWhileRevalidate = d }
-            if let v = cm["version"], let i = r.int(v, "\(path).cache.version", range: 0...Int(Int32.max)) { policy.cache.version = i }
-        }
+        var explicitScope: EndpointPolicy.Scope? = nil
+        if let n = m["cache"] { explicitScope = endpointCache(n, "\(path).cache", r, matchText: matchText, into: &policy.cache) }
         policy.cache.scope = explicitScope ?? (policy.login == .required ? .user : .shared)
         policy.scopeIsExplicit = explicitScope != nil
         if let n = m["envelope"], let b = r.bool(n, "\(path).envelope") { policy.envelope = b }
@@ -241,6 +219,37 @@ extension ConfigLoader {
             r.fail("\(path).envelope", m["envelope"], "unwrap and validate need a JSON endpoint (envelope: true)")
         }
         return policy
+    }
+
+    static let endpointCacheKeys = ["ttl", "scope", "stale_if_error", "stale_while_revalidate", "version", "mode", "max_ttl",
+                                    "tags", "tags_header", "store_set_cookie", "key_headers"]
+
+    /// An endpoint's `cache:` mapping, read into `cache`; the `scope` it names, if any.
+    static func endpointCache(_ n: Node, _ path: String, _ r: YAMLReader, matchText: String,
+                              into cache: inout EndpointPolicy.CachePolicy) -> EndpointPolicy.Scope? {
+        guard let cm = r.mapping(n, path, allowed: endpointCacheKeys) else { return nil }
+        var explicitScope: EndpointPolicy.Scope? = nil
+        var templates: [String] = []
+        var tagsHeader: String? = nil
+        if let v = cm["tags"], let list = r.stringList(v, "\(path).tags") { templates = list }
+        if let v = cm["tags_header"], let s = r.nonEmptyString(v, "\(path).tags_header") { tagsHeader = s }
+        let matchPath = matchText.split(separator: " ").first { $0.hasPrefix("/") }.map(String.init) ?? ""
+        switch CacheTags.parse(templates, header: tagsHeader, matchPath: matchPath) {
+        case .success(let tags): cache.tags = tags
+        case .failure(let problem): r.fail("\(path).tags[\(problem.index)]", cm["tags"]!, "invalid tag template: \(problem.message)")
+        }
+        if let v = cm["mode"], let mode = cacheMode(v, "\(path).mode", r) { cache.mode = mode }
+        if let v = cm["max_ttl"], let d = r.duration(v, "\(path).max_ttl") { cache.maxTTL = d }
+        if let v = cm["store_set_cookie"], let b = r.bool(v, "\(path).store_set_cookie") { cache.storeSetCookie = b }
+        if let v = cm["key_headers"], let names = keyHeaders(v, "\(path).key_headers", r) { cache.keyHeaders = names }
+        if let v = cm["ttl"], let d = r.duration(v, "\(path).ttl") { cache.ttl = d }
+        if let v = cm["scope"], let s = r.string(v, "\(path).scope") {
+            if let sc = EndpointPolicy.Scope(rawValue: s) { explicitScope = sc } else { r.fail("\(path).scope", v, "expected user or shared, found '\(s)'") }
+        }
+        if let v = cm["stale_if_error"], let d = r.duration(v, "\(path).stale_if_error") { cache.staleIfError = d }
+        if let v = cm["stale_while_revalidate"], let d = r.duration(v, "\(path).stale_while_revalidate") { cache.staleWhileRevalidate = d }
+        if let v = cm["version"], let i = r.int(v, "\(path).version", range: 0...Int(Int32.max)) { cache.version = i }
+        return explicitScope
     }
 
     static func signingConfig(_ node: Node, _ path: String, _ r: YAMLReader) -> SigningConfig? {
