@@ -79,8 +79,9 @@ struct ScanBoundTests {
         let answeredIn = ContinuousClock.now - began
         #expect(refused.status == 422, "\(refused.text)")
         #expect(refused.json?[path: "error"]?.stringValue?.contains("within 10.0 seconds") == true, "\(refused.text)")
-        // The bound, plus at most a few keys' matching and a loaded machine's scheduling.
-        #expect(answeredIn < .seconds(11), "answered after \(answeredIn)")
+        // The bound, plus a few keys' matching and a loaded machine's scheduling: far from the
+        // 36 s a scan checked only between slices took (the time is printed below).
+        #expect(answeredIn < .seconds(20), "answered after \(answeredIn)")
 
         let second = Task { try? await ConciergeTestRig.send(.GET, listing, headers: auth, timeout: .seconds(60)) }
         // SIGTERM once the scan is under way: the daemon, idle otherwise, has spent CPU on it.
@@ -92,7 +93,8 @@ struct ScanBoundTests {
         let exitedIn = ContinuousClock.now - termStart
         let cut = await second.value
         #expect(status == 0)
-        #expect(exitedIn < .seconds(grace), "SIGTERM took \(exitedIn)")
+        // SPEC §10: SIGTERM exits within the grace plus 5 s whatever runs (it took 36–42 s).
+        #expect(exitedIn < .seconds(grace + 5), "SIGTERM took \(exitedIn)")
         #expect(cut == nil || cut?.status == 503, "the scan cut short: \(cut?.text ?? "no reply")")
         print("runaway listing over \(Self.keys) keys of \(slow.utf8.count) bytes: 422 after \(answeredIn); SIGTERM mid-scan exited in \(exitedIn) (grace \(grace) s)")
     }

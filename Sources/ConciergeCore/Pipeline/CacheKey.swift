@@ -9,7 +9,10 @@ import NIOHTTP1
 /// runs over this text. Different requests never share a key: params are sorted by name only
 /// (pairs of one name keep their order), the body has a part of its own (``writeBody(_:excluding:into:)``:
 /// `form:` pairs, `json:` typed members, or `body=` and a digest of any other bytes), and every
-/// piece is percent-encoded, so no value can fake a separator. A new part goes before `user=`.
+/// piece is percent-encoded, so no value can fake a separator. Parts that tell variants of one
+/// URL apart follow `v=` (`headers=` of `cache.key_headers`, added by ``PreparedRequest``; a
+/// `Vary` variant's `vary=`): an unsafe request in `mode: http` finds a URL's entries as the
+/// keys that begin with the URL's key up to `v=N` and a space.
 public enum CacheKey {
     /// Builds the key.
     /// - Parameters:
