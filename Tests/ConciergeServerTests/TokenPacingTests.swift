@@ -120,6 +120,24 @@ struct TokenPacingTests {
         }
     }
 
+    @Test("a wrong WeChat secret at 100 requests a second for a minute of the daemon's clock: at most 7 token requests, none of the 6,000 forwarded")
+    func wrongSecretFirstMinute() async throws {
+        let clock = ManualClock()
+        try await ConciergeTestRig.with(endpoints: DialectTestConfig.weChatEndpoints, extra: DialectTestConfig.weChat(),
+                                        apiConfiguration: SampleAPIConfiguration(dialect: .wechat), environment: Self.wrongSecret,
+                                        clock: clock) { rig in
+            let answers = try await Self.spread(6_000, over: .seconds(60), clock: clock) { i in try await rig.get("/cgi-bin/items?i=\(i)") }
+            let fetches = rig.api.state.tokenCalls
+            print("wrong WeChat secret, 100 requests a second for a minute: \(fetches) token requests")
+            #expect(answers.count == 6_000)
+            #expect(answers.allSatisfy { $0.status == 502 && ($0.retryAfter ?? 0) >= 1 })
+            // Fetches at 0, 1, 3, 7, 15, 31 s (the back-off doubling from 1 s): 6.
+            #expect(fetches <= 7, "\(fetches) token requests")
+            #expect(fetches >= 5, "\(fetches): tried again as each back-off passed")
+            #expect(rig.api.state.calls("/cgi-bin/items") == 0)
+        }
+    }
+
     @Test("a wrong WeChat secret under 200 requests in 3 s: at most 4 token requests, every reply unavailable with Retry-After")
     func wrongWeChatSecretUnderLoad() async throws {
         let clock = ManualClock()
