@@ -64,8 +64,12 @@ struct DemoCommand: AsyncParsableCommand {
 
             """
         FileHandle.standardOutput.write(Data((banner + "\n").utf8))
-        defer { Task { await api.shutdown() } }
-        try await ServeCommand.runDaemon(loaded, path: path)
+        do {
+            try await ServeCommand.runDaemon(loaded, path: path)
+        } catch {
+            await api.shutdown()
+            throw error
+        }
         await api.shutdown()
     }
 

@@ -191,8 +191,26 @@ public final class FleetDatabase: Sendable {
     /// TLS) or why it could not be reached.
     public func probe() async throws {
         let probing = try await PostgresConnection.connect(configuration: connection, id: 2, logger: logger)
-        defer { Task { try? await probing.close() } }
-        try await probing.query("SELECT 1", logger: logger)
+        do {
+            try await probing.query("SELECT 1", logger: logger)
+        } catch {
+            try? await probing.close()
+            throw error
+        }
+        try? await probing.close()
+    }
+
+    /// Both channels on `connection`, until either ends (the connection did: reconnect).
+    private func listen(on connection: PostgresConnection, _ heard: @escaping @Sendable (Announcement) async -> Void) async throws {
+        let sessions = try await connection.listen(Self.sessionChannel)
+        let invalidations = try await connection.listen(Self.invalidationChannel)
+        await heard(.connected)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { for try await n in sessions { if let v = self.version(n.payload) { await heard(.session(v)) } } }
+            group.addTask { for try await n in invalidations { if let v = self.version(n.payload) { await heard(.invalidation(v)) } } }
+            try await group.next()
+            group.cancelAll()
+        }
     }
 
     /// One round trip: whether PostgreSQL answers now.
@@ -327,17 +345,13 @@ public final class FleetDatabase: Sendable {
                 if reported { logger.info("fleet: PostgreSQL reachable again") }
                 reported = false
                 backoff = .milliseconds(200)
-                defer { Task { try? await connection.close() } }
-                let sessions = try await connection.listen(Self.sessionChannel)
-                let invalidations = try await connection.listen(Self.invalidationChannel)
-                await heard(.connected)
-                try await withThrowingTaskGroup(of: Void.self) { group in
-                    group.addTask { for try await n in sessions { if let v = self.version(n.payload) { await heard(.session(v)) } } }
-                    group.addTask { for try await n in invalidations { if let v = self.version(n.payload) { await heard(.invalidation(v)) } } }
-                    // Either ends when the connection does: reconnect.
-                    try await group.next()
-                    group.cancelAll()
+                do {
+                    try await listen(on: connection, heard)
+                } catch {
+                    try? await connection.close()
+                    throw error
                 }
+                try? await connection.close()
             } catch {
                 if Task.isCancelled { return }
                 if !reported {
