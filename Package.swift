@@ -24,6 +24,10 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
         .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
         .package(url: "https://github.com/apple/swift-http-structured-headers.git", from: "1.7.0"),
+        // OpenTelemetry traces over OTLP/HTTP protobuf only: the OTLPGRPC trait (on by default) would
+        // build grpc-swift and its transport for a transport the exporter can do without.
+        .package(url: "https://github.com/swift-otel/swift-otel.git", from: "1.6.0", traits: ["OTLPHTTP"]),
+        .package(url: "https://github.com/apple/swift-distributed-tracing.git", from: "1.7.3"),
     ],
     targets: [
         /// Pure logic: config schema and validation, endpoint matching, cache keys,
@@ -75,6 +79,8 @@ let package = Package(
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "OTel", package: "swift-otel"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
             ],
             resources: [.embedInCode("Admin/openapi.yaml")]  // a link to docs/openapi.yaml
         ),

@@ -42,12 +42,15 @@
 # its instructions per request beside Concierge's HIT. Built with `swift build -c release
 # --product nio-floor` and the Makefile's RELEASE_FLAGS when missing (or unless SKIP_BUILD=1).
 #
+# CONFIG_APPEND=FILE: YAML appended to each Concierge's configuration (e.g. a `telemetry:`
+# section, to measure what tracing costs a HIT and a MISS).
+#
 # Symbols are demangled with swift-demangle --simplified (or `swift demangle`) when present.
 # perf.data and callgrind.out files stay in OUT_DIR (perf report -i ..., callgrind_annotate).
 #
 # Env: PROFILER=both|perf|callgrind DURATION=10s CONNECTIONS=64 TOP=10 PERF_EVENT=cpu-clock
 #      PERF_CALLGRAPH=-g CALLGRIND_REQUESTS=2000 WARMUP=200 ORIGIN=sample|nginx NGINX=0|1 FLOOR=0|1
-#      STATE_BASE=/tmp SKIP_BUILD=0 RELEASE_DIR=.build/release
+#      STATE_BASE=/tmp SKIP_BUILD=0 RELEASE_DIR=.build/release CONFIG_APPEND=
 #      OUT_DIR=bench-out/profile-<time>
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -120,6 +123,7 @@ start_concierge() {
     mkdir -p "$WORK/$name"
     write_concierge_config "$WORK/$name/concierge.yaml" "$PROXY_PORT" "$ADMIN_PORT" \
         "http://127.0.0.1:$SAMPLE_PORT" "$WORK/$name/cache.sqlite" 64MB
+    if [ -n "${CONFIG_APPEND:-}" ]; then cat "$CONFIG_APPEND" >> "$WORK/$name/concierge.yaml"; fi
     "$@" serve --config "$WORK/$name/concierge.yaml" > "$WORK/$name.log" 2>&1 &
     PID=$!; track "$PID"
     wait_http "http://127.0.0.1:$ADMIN_PORT/health" "$PID" "$WORK/$name.log" 300

@@ -83,8 +83,10 @@ public final class CacheStore: Sendable {
     }
 
     /// Hot tier, then SQLite (promoting what it finds).
-    nonisolated(nonsending) public func lookup(_ key: String) async -> CacheEntry? {
-        await reader.lookup(key)
+    /// - Parameter onSQLiteRead: called with the instant the read began when the entry was
+    ///   looked for in SQLite (not in the hot tier): a traced request's span.
+    nonisolated(nonsending) public func lookup(_ key: String, onSQLiteRead: (@Sendable (ContinuousClock.Instant) -> Void)? = nil) async -> CacheEntry? {
+        await reader.lookup(key, onSQLiteRead: onSQLiteRead)
     }
 
     /// The clock entries are stored and judged by.

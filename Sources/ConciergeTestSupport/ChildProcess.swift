@@ -114,3 +114,17 @@ public final class ChildProcess: Sendable {
         try? FileManager.default.removeItem(atPath: outputPath)
     }
 }
+
+extension ChildProcess {
+    /// The port a test server prints as `ready PORT` once it serves, waited for (bounded);
+    /// `nil`, and the process killed, when it exits or says nothing in time.
+    public func readyPort(limit: Duration = .seconds(30)) async -> Int? {
+        let started = await eventually(limit) { self.output.contains("ready ") || !self.isRunning }
+        guard started, let line = output.split(separator: "\n").first(where: { $0.hasPrefix("ready ") }),
+              let port = Int(line.dropFirst(6).trimmingCharacters(in: .whitespaces)) else {
+            signal(SIGKILL)
+            return nil
+        }
+        return port
+    }
+}

@@ -45,13 +45,7 @@ public final class OAuthProvider: Sendable {
         let process = try ChildProcess([python, repositoryRoot + "/Tests/Fixtures/oauth-provider/provider.py", "0",
                                         directory + "/provider.sqlite", String(accessTokenSeconds),
                                         String(refreshGraceSeconds)])
-        let started = await eventually(.seconds(30)) { process.output.contains("ready ") || !process.isRunning }
-        let text = process.output
-        guard started, let line = text.split(separator: "\n").first(where: { $0.hasPrefix("ready ") }),
-              let port = Int(line.dropFirst(6).trimmingCharacters(in: .whitespaces)) else {
-            process.signal(SIGKILL)
-            throw ProviderError("the provider did not start: \(text.suffix(2000))")
-        }
+        guard let port = await process.readyPort() else { throw ProviderError("the provider did not start: \(process.output.suffix(2000))") }
         return OAuthProvider(port: port, process: process, directory: directory)
     }
 

@@ -22,6 +22,8 @@ public struct ConciergeConfig: Sendable {
     public var hooks: [Hook]
     /// `fleet`: several daemons through PostgreSQL; `nil` without the section.
     public var fleet: Fleet? = nil
+    /// `telemetry`: traces (OpenTelemetry); off without the section.
+    public var telemetry = Telemetry()
     /// Values that `${VAR}` expansions took from the environment (4 characters or more):
     /// masked in every log line like tokens.
     public var secretValues: [String] = []

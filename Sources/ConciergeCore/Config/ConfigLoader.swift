@@ -97,7 +97,7 @@ public enum ConfigLoader {
     // MARK: - Schema
 
     static let topKeys = ["listen", "admin", "storage", "upstreams", "environment", "common", "envelope", "session",
-                          "cache", "endpoints", "log", "limits", "signing", "hooks", "fleet"]
+                          "cache", "endpoints", "log", "limits", "signing", "hooks", "fleet", "telemetry"]
 
     /// The whole schema, one section per top-level key, in the order their errors are reported.
     static func build(_ root: Node, _ r: YAMLReader, environment: [String: String]) -> ConciergeConfig? {
@@ -120,10 +120,13 @@ public enum ConfigLoader {
         let limits = limitsSection(top["limits"], r)
         let hooks = hooksSection(top["hooks"], r)
         let fleet = fleetSection(top["fleet"], r)
+        let telemetry = telemetrySection(top["telemetry"], r)
         guard !upstreams.isEmpty else { return nil }
-        return ConciergeConfig(listen: listen, admin: admin, storage: storage, upstreams: upstreams, environment: environmentName,
-                               common: common, envelope: envelope, session: session, cache: cache, endpoints: endpoints,
-                               log: log, limits: limits, signing: signing, hooks: hooks, fleet: fleet)
+        var config = ConciergeConfig(listen: listen, admin: admin, storage: storage, upstreams: upstreams, environment: environmentName,
+                                     common: common, envelope: envelope, session: session, cache: cache, endpoints: endpoints,
+                                     log: log, limits: limits, signing: signing, hooks: hooks, fleet: fleet)
+        config.telemetry = telemetry
+        return config
     }
 
     /// `session`: where the token goes, how it is captured and renewed.

@@ -31,6 +31,8 @@ public struct PreparedRequest: Sendable {
         /// The client's target as received (path and query).
         var receivedTarget: String
         var clientAddress: String?
+        /// The request's trace when it is traced (the server's `RequestTrace`, opaque here).
+        var trace: (any AnyObject & Sendable)? = nil
     }
 
     /// The fields' box. `@unchecked Sendable`: its one mutable property is written only
@@ -103,6 +105,11 @@ public struct PreparedRequest: Sendable {
     public var clientAddress: String? {
         _read { yield storage.fields.clientAddress }
         _modify { unique(); yield &storage.fields.clientAddress }
+    }
+    /// The request's trace, when it is traced (opaque to Core: the server's `RequestTrace`).
+    public var traceCarrier: (any AnyObject & Sendable)? {
+        get { storage.fields.trace }
+        set { unique(); storage.fields.trace = newValue }
     }
 
     /// What preparing a request leads to.

@@ -12,10 +12,14 @@ final class MissCoalescer<Result: Sendable>: Sendable {
     /// By key, hashed once (``HashedKey``).
     private let waiters = Mutex<[HashedKey: [CheckedContinuation<Result?, Never>]]>([:])
 
-    nonisolated(nonsending) func run(key text: String, _ work: nonisolated(nonsending) @Sendable () async -> Result) async -> Result {
+    /// - Parameter trace: a traced request's wait is a span of its own (`coalesced wait`).
+    nonisolated(nonsending) func run(key text: String, trace: RequestTrace? = nil,
+                                     _ work: nonisolated(nonsending) @Sendable () async -> Result) async -> Result {
         let key = HashedKey(text)
         // The usual case, no one on this key: lead without suspending.
         if !lead(key) {
+            let waitStarted = ContinuousClock.now
+            defer { trace?.record("coalesced wait", since: waitStarted) }
             let shared: Result? = await withCheckedContinuation { continuation in
                 let joined = waiters.withLock { map -> Bool in
                     guard map[key] != nil else {

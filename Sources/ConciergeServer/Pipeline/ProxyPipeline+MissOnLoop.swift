@@ -32,8 +32,9 @@ extension ProxyPipeline {
               !cache.mayHaveRow(key),
               let attempt = exchange.firstAttemptWithoutWaiting(p)
         else { return false }
-        let request = exchange.request(p, attempt)
+        var request = exchange.request(p, attempt)
         guard coalescer.lead(key) else { return false }
+        p.trace?.beginAttempt(&request, replays: 0)
         let started = ContinuousClock.now
         let sent = exchange.transport.start(request, maxBody: p.config.settings.limits.maxBodyBytes, on: eventLoop) { outcome in
             switch self.exchange.judgeFirst(outcome.mapError { $0 }, p, attempt, elapsed: ContinuousClock.now - started) {

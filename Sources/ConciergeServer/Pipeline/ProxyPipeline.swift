@@ -59,7 +59,8 @@ public final class ProxyPipeline: Sendable {
         let received = PreparedRequest.Received(method: incoming.method, target: incoming.target, headers: incoming.headers,
                                                 body: buffered, clientAddress: incoming.clientAddress)
         switch PreparedRequest.prepare(received, route: route, session: session) {
-        case .ready(let prepared):
+        case .ready(var prepared):
+            if let trace = incoming.trace { prepared.traceCarrier = trace }
             return .ready(prepared, streamedBody: buffered == nil ? incoming.body : nil)
         case .notLoggedIn(let endpoint):
             let (reply, code) = LocalReplies.notLoggedIn(route.config)
@@ -92,7 +93,7 @@ public final class ProxyPipeline: Sendable {
         if p.bypass {
             return withCacheHeaders(await fetchAndStore(p, key: key), .bypass)
         }
-        let entry = await cache.lookup(key)
+        let entry = await cache.lookup(key, onSQLiteRead: p.trace?.cacheReadRecorder)
         if let entry, entry.isFresh(at: now) {
             return CachedReply.make(entry, p, status: .hit, now: now)
         }
@@ -104,7 +105,7 @@ public final class ProxyPipeline: Sendable {
             cache.store(found)
             return CachedReply.make(found, p, status: .hit, now: now, detail: "fleet")
         }
-        let fetched = await coalescer.run(key: key) { await self.fetchAndStore(p, key: key) }
+        let fetched = await coalescer.run(key: key, trace: p.trace) { await self.fetchAndStore(p, key: key) }
         if case .upstreamDown = fetched.result, let entry, now < entry.freshUntil + entry.staleIfError {
             return CachedReply.make(entry, p, status: .stale, now: now, detail: "stale-if-error")
         }

@@ -16,7 +16,7 @@ enum TokenBeforeSending {
         if let token = withoutWaiting(p, refresher: refresher, session: current) { return .send(token) }
         guard let token = p.token else {
             // An app token not fetched yet.
-            let outcome = await refresher.freshToken(replacing: nil)
+            let outcome = await refresher.freshToken(replacing: nil, trace: p.trace)
             switch outcome {
             case .refreshed(let fresh): return .send(fresh)
             case .loggedOut: return notLoggedIn(p)
@@ -27,7 +27,7 @@ enum TokenBeforeSending {
         // The current token needs renewal before it is sent (``withoutWaiting`` said so).
         guard let current else { return .send(token) }
         let now = refresher.clock.date
-        let outcome = await refresher.freshToken(replacing: token, expirySignal: false)
+        let outcome = await refresher.freshToken(replacing: token, expirySignal: false, trace: p.trace)
         switch outcome {
         case .refreshed(let fresh): return .send(fresh)
         case .loggedOut: return notLoggedIn(p)

@@ -15,10 +15,12 @@ extension UpstreamExchange {
         }
         var request = UpstreamRequestBuilder.build(p, token: attempt.token, logger: logger)
         if case .stream(let stream, let length)? = body { request.body = .stream(stream, length: length) }
+        p.trace?.beginAttempt(&request, replays: 0)
         let started = ContinuousClock.now
         do {
             let response = try await transport.stream(request)
             health.mark(p.upstream.name, down: false)
+            p.trace?.endAttempt(status: response.status)
             var headers = HopByHopFields.endToEnd(response.headers, dropping: ["server"])
             if headers["content-length"].isEmpty, response.status == 204 || response.status == 304 {
                 headers.remove(name: "content-length")
@@ -29,6 +31,7 @@ extension UpstreamExchange {
             return answer
         } catch {
             attempt.upstreamTime = ContinuousClock.now - started
+            p.trace?.endAttempt(status: nil, failure: { if case .timeout = error { return "timeout" } else { return "unreachable" } }())
             if case .clientBody = error {
                 // Aborted because the client's body broke: the listener answers 400/408.
                 return attempt.answer(.error(400, "\(error)"), p)

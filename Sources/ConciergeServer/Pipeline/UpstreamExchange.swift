@@ -94,7 +94,8 @@ struct UpstreamExchange: Sendable {
     nonisolated(nonsending) private func exchange(_ p: PreparedRequest, _ attempt: Attempt) async -> Result {
         var attempt = attempt
         while true {
-            let request = request(p, attempt)
+            var request = request(p, attempt)
+            p.trace?.beginAttempt(&request, replays: attempt.replays)
             let started = ContinuousClock.now
             let response: UpstreamResponse
             do {
@@ -102,7 +103,7 @@ struct UpstreamExchange: Sendable {
             } catch {
                 return unreachable(error, p, &attempt, elapsed: ContinuousClock.now - started)
             }
-            received(p, &attempt, elapsed: ContinuousClock.now - started)
+            received(p, &attempt, elapsed: ContinuousClock.now - started, status: response.status)
             switch await judge(response, p, attempt) {
             case .replay(let fresh):
                 attempt.token = fresh
@@ -118,19 +119,21 @@ struct UpstreamExchange: Sendable {
         UpstreamRequestBuilder.build(p, token: attempt.token, logger: logger, askingForIdentity: true)
     }
 
-    private func received(_ p: PreparedRequest, _ attempt: inout Attempt, elapsed: Duration) {
+    private func received(_ p: PreparedRequest, _ attempt: inout Attempt, elapsed: Duration, status: Int) {
+        p.trace?.endAttempt(status: status)
         attempt.upstreamTime += elapsed
         stats.recordUpstream(duration: elapsed)
         health.mark(p.upstream.name, down: false)
     }
 
     private func unreachable(_ error: UpstreamFailure, _ p: PreparedRequest, _ attempt: inout Attempt, elapsed: Duration) -> Result {
+        p.trace?.endAttempt(status: nil, failure: { if case .timeout = error { return "timeout" } else { return "unreachable" } }())
         attempt.upstreamTime += elapsed
         stats.recordUpstream(duration: elapsed)
         stats.increment(.upstreamErrors)
         health.mark(p.upstream.name, down: true)
         logger.warning("upstream request failed", metadata: ["endpoint": "\(p.endpoint.name)", "upstream": "\(p.upstream.name)",
-                                                             "error": "\(error)"])
+                                                             "error": "\(error)"].merging(p.trace?.logMetadata ?? [:]) { $1 })
         let status = { if case .timeout = error { return 504 } else { return 502 } }()
         return .upstreamDown(attempt.answer(LocalReplies.unavailable(p.config, status: status), p))
     }
@@ -160,7 +163,7 @@ struct UpstreamExchange: Sendable {
         case .failure(let error):
             return .done(unreachable((error as? UpstreamFailure) ?? .unreachable("\(error)"), p, &attempt, elapsed: elapsed))
         case .success(let response):
-            received(p, &attempt, elapsed: elapsed)
+            received(p, &attempt, elapsed: elapsed, status: response.status)
             let (verdict, tags) = verdict(response, p, attempt)
             if case .step(.done(let result)) = verdict, case .done(let tagged) = Self.tagged(.done(result), tags) { return .done(tagged) }
             return .waits(verdict, headerTags: tags, attempt)
@@ -328,7 +331,7 @@ struct UpstreamExchange: Sendable {
             logger.warning("token still expired after the last replay", metadata: ["endpoint": "\(p.endpoint.name)", "replays": "\(attempt.replays)"])
             return .done(.failure(upstreamAnswer))
         }
-        let outcome = await refresher.freshToken(replacing: stale)
+        let outcome = await refresher.freshToken(replacing: stale, trace: p.trace)
         switch outcome {
         case .refreshed(let fresh):
             return .replay(fresh)

@@ -211,6 +211,7 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         var incoming = IncomingRequest(method: head.method.wireName, target: head.uri, headers: head.headers, clientAddress: remoteAddress)
         incoming.route = routeOfNextDispatch
         routeOfNextDispatch = nil
+        if let tracer = responder.tracer, incoming.route != nil { incoming.trace = tracer.begin(incoming) }
         switch body {
         case .buffered(let buffer):
             incoming.body = .buffered(buffer)
@@ -284,7 +285,8 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         responder.log(incoming, hit.answer, started: request.started)
         if watch.watching {
             watch.hits += 1
-            watchedHit = recipe.map { (incoming, $0) }
+            // Never a traced request's bytes: its `traceparent` is read each time.
+            watchedHit = incoming.trace == nil ? recipe.map { (incoming, $0) } : nil
         }
         execute(next, context: context)
         resumeAfterReply(context: context)
@@ -359,8 +361,9 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let started = ContinuousClock.now
         let (_, limits) = routeMemo.config(responder)
         guard machine.hitReplayed(limits: limits, now: context.eventLoop.now) else { return false }
-        writeHit(hit, context: context)
         var logged = incoming
+        if let tracer = responder.tracer, tracer.sampleRatio > 0 { logged.trace = tracer.begin(incoming) }
+        writeHit(hit, context: context)
         logged.clientAddress = remoteAddress
         responder.log(logged, hit.answer, started: started)
         return true

@@ -5,6 +5,9 @@ import NIOCore
 /// pipeline that answers, and the request log. ``ProxyServerContext`` is the daemon's; a test
 /// gives ``ProxyHTTPHandler`` a stub to run it on an `EmbeddedChannel`.
 protocol ProxyResponder: Sendable {
+    /// Traces requests (`telemetry.traces`); `nil`: tracing is off.
+    var tracer: RequestTracer? { get }
+
     /// The configuration in force (limits, `Host` policy), read once per request head.
     var currentConfig: RuntimeConfig { get }
 
@@ -56,4 +59,8 @@ extension ProxyResponder {
     func replayedHit(of bytes: ByteBuffer) -> (hit: EncodedHit, incoming: IncomingRequest)? { nil }
 
     func rememberReplay(_ bytes: ByteBuffer, incoming: IncomingRequest, recipe: HitMemo.Recipe) {}
+}
+
+extension ProxyResponder {
+    var tracer: RequestTracer? { nil }
 }

@@ -12,14 +12,17 @@ final class ProxyServerContext: ProxyResponder {
     let ownRoutes: ConciergeRoutes
     /// Counts a finished request in the metrics and writes its log line.
     let record: @Sendable (IncomingRequest, ProxyAnswer, ContinuousClock.Instant) -> Void
+    let tracer: RequestTracer?
 
-    init(pipeline: ProxyPipeline, stats: ProxyStats, requestLog: RequestLog) {
+    init(pipeline: ProxyPipeline, stats: ProxyStats, requestLog: RequestLog, tracer: RequestTracer? = nil) {
         self.pipeline = pipeline
+        self.tracer = tracer
         self.runtime = pipeline.runtime
         let runtime = pipeline.runtime
         // The one place a finished request is counted and logged.
         let record: @Sendable (IncomingRequest, ProxyAnswer, ContinuousClock.Instant) -> Void = { incoming, answer, started in
             let total = ContinuousClock.now - started
+            incoming.trace?.end(method: incoming.method, status: answer.reply.status, report: answer.report)
             stats.record(answer.report, status: answer.reply.status, duration: total)
             // The configuration the request was routed under (no lock), else the current one.
             requestLog.log(incoming, answer, total: total, config: incoming.route?.config ?? runtime.current)

@@ -36,6 +36,9 @@ public final class ConciergeDaemon: Sendable {
     let group: any EventLoopGroup
     let notifier: SystemdNotifier
     let hooks: HookDispatcher
+    /// With `telemetry.traces`: the tracer requests start their spans with, and the service
+    /// exporting them.
+    let tracing: (tracer: RequestTracer, export: any Service)?
     private let readiness = Readiness()
     private let groupHandle = Mutex<ServiceGroup?>(nil)
     private let shutdownRequested = Mutex(false)
@@ -80,6 +83,7 @@ public final class ConciergeDaemon: Sendable {
                                                               cache: cache, config: fleet.config, logger: logger)
         }
         self.lifecycle = lifecycle
+        tracing = try Self.tracing(config, stats: stats, logger: logger)
         pipeline = Self.makePipeline(runtime: runtime, cache: cache, lifecycle: lifecycle, transport: transport, logger: logger)
         hooks = HookDispatcher(runtime: runtime, client: client, logger: logger)
         let hooks = self.hooks
@@ -107,6 +111,18 @@ public final class ConciergeDaemon: Sendable {
         logger.info("fleet", metadata: ["name": "\(fleet.name)", "node": "\(fleet.node)", "postgres": "\(fleet.postgres.masked)"])
         return FleetSession(database: try FleetDatabase(config: fleet, logger: logger), seal: seal, config: fleet, session: session,
                             stats: stats, events: events, logger: logger, clock: clock)
+    }
+
+    /// The tracer and its export service, with `telemetry.traces`.
+    static func tracing(_ config: ConciergeConfig, stats: ProxyStats, logger: Logger) throws -> (tracer: RequestTracer, export: any Service)? {
+        guard let traces = config.telemetry.traces else { return nil }
+        do {
+            let made = try RequestTracer.make(traces, fleet: config.fleet, stats: stats, logger: logger)
+            logger.info("traces", metadata: ["endpoint": "\(traces.tracesURL)", "sample_ratio": "\(traces.sampleRatio)"])
+            return (made.0, made.1)
+        } catch {
+            throw ConfigError(file: nil, issues: [ConfigIssue(path: "telemetry.traces", line: nil, message: "\(error)")])
+        }
     }
 
     let requestLogger: Logger
@@ -155,7 +171,7 @@ public final class ConciergeDaemon: Sendable {
     /// Runs until SIGTERM/SIGINT (when `handleSignals`) or ``shutdown()``.
     public func run(handleSignals: Bool = true) async throws {
         let config = runtime.current.settings
-        let context = ProxyServerContext(pipeline: pipeline, stats: stats, requestLog: RequestLog(logger: requestLogger))
+        let context = ProxyServerContext(pipeline: pipeline, stats: stats, requestLog: RequestLog(logger: requestLogger), tracer: tracing?.tracer)
         guard case .tcp(let proxyHost, let proxyPort) = config.listen.proxy else { preconditionFailure("validated by the loader") }
         let readiness = self.readiness
         let connections = OpenConnections()
@@ -166,6 +182,8 @@ public final class ConciergeDaemon: Sendable {
         func add(_ service: any Service) {
             services.append(.init(service: service, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup))
         }
+        // First, so it stops last: the spans of the last requests are exported.
+        if let tracing { add(tracing.export) }
         add(CacheWriterService(cache: cache, logger: logger))
         if let fleet = lifecycle.fleet, let invalidations = lifecycle.fleetInvalidations {
             add(FleetService(fleet: fleet, invalidations: invalidations, lifecycle: lifecycle))

@@ -16,6 +16,8 @@ public final class ProxyStats: Sendable {
         case tokenRequestFailures, loopGuardTrips
         /// An unsafe request's invalidation in `mode: http` that could not happen (a storage error).
         case httpInvalidationsSkipped
+        /// Finished spans lost before reaching the collector (`telemetry.traces`).
+        case traceSpansDropped
 
         var jsonName: String {
             switch self {
@@ -23,6 +25,7 @@ public final class ProxyStats: Sendable {
             case .tokenRequestFailures: return "token_request_failures"
             case .loopGuardTrips: return "loop_guard_trips"
             case .httpInvalidationsSkipped: return "http_invalidations_skipped"
+            case .traceSpansDropped: return "trace_spans_dropped"
             default: return "\(self)"
             }
         }
@@ -44,6 +47,7 @@ public final class ProxyStats: Sendable {
             case .tokenRequestFailures: return "Token requests (refresh, app token) that gave no token: refused, failed or unanswered."
             case .loopGuardTrips: return "Token requests refused by the loop guard (session.max_refreshes)."
             case .httpInvalidationsSkipped: return "Invalidations an unsafe request asked for in mode http that storage could not make."
+            case .traceSpansDropped: return "Trace spans lost: the export queue was full, or their export to the collector failed."
             }
         }
     }

@@ -18,7 +18,7 @@ public struct RequestLog: Sendable {
         let target = config.redactor.redactTarget(incoming.target)
         let upstream = report.upstreamTime.map { String(format: "%.1f", $0.seconds * 1000) } ?? "-"
         let totalMs = String(format: "%.2f", total.seconds * 1000)
-        logger.info("\(incoming.method) \(target) \(reply.status)", metadata: [
+        var metadata: Logger.Metadata = [
             "method": "\(incoming.method)",
             "path": "\(target)",
             "status": "\(reply.status)",
@@ -28,7 +28,9 @@ public struct RequestLog: Sendable {
             "upstream_ms": "\(upstream)",
             "total_ms": "\(totalMs)",
             "replays": "\(report.replays)",
-        ])
+        ]
+        if let trace = incoming.trace { metadata.merge(trace.logMetadata) { $1 } }
+        logger.info("\(incoming.method) \(target) \(reply.status)", metadata: metadata)
         if logger.logLevel <= .debug {
             logger.debug("\(curlLine(incoming, target: target, endpoint: report.endpoint, config: config))")
         }

@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import NIOCore
 import NIOHTTP1
+import Tracing
 
 /// The one source of new tokens: refreshes a user's access token (`session.refresh`) or
 /// fetches the app token (`session.app_token`), one token call at a time however many
@@ -55,6 +56,9 @@ public actor TokenRefresher {
     /// The wall clock tokens are stamped by (the session lifecycle's).
     nonisolated let clock: WallClock
     private var inFlight: Task<Outcome, Never>?
+    /// The span of the token call in flight, when the request that started it is traced:
+    /// every traced request that waits for the call links to it.
+    private var inFlightSpan: InstrumentationContext?
     /// When a fresh token from a successful call met an expiry signal (the loop guard's count).
     private var loopSignals: [ContinuousClock.Instant] = []
     /// The last token a call of this refresher obtained.
@@ -81,11 +85,21 @@ public actor TokenRefresher {
     /// - Parameter expirySignal: the upstream refused `staleToken` (an expiry signal), rather
     ///   than the token nearing its known expiry (`refresh_ahead`).
     public func freshToken(replacing staleToken: String?, expirySignal: Bool = true) async -> Outcome {
+        await freshToken(replacing: staleToken, expirySignal: expirySignal, trace: nil)
+    }
+
+    /// ``freshToken(replacing:expirySignal:)`` for a request that may be traced: the token call
+    /// it starts is a span of its trace (`token request`), and its server span links to the
+    /// token call it waited for, whoever started it.
+    func freshToken(replacing staleToken: String?, expirySignal: Bool = true, trace: RequestTrace?) async -> Outcome {
         let config = runtime.current.settings.session
         let current = session.current.flatMap { $0.kind == config.kind ? $0 : nil }
         if let current, current.accessToken != staleToken { return .refreshed(current.accessToken) }
         if config.kind == .user, current == nil { return .loggedOut }
-        if let inFlight { return await inFlight.value }
+        if let inFlight {
+            if let trace, let inFlightSpan { trace.link(inFlightSpan, ["concierge.link": "waited for token request"]) }
+            return await inFlight.value
+        }
         if let wait = session.pacing.retryAfter(at: clock.now) { return .unavailable(retryAfter: wait) }
         let now = ContinuousClock.now
         if expirySignal, let staleToken, staleToken == lastIssued { loopSignals.append(now) }
@@ -95,10 +109,18 @@ public actor TokenRefresher {
         }
         let generation = session.generation
         let loopGuard = expirySignal ? config.maxRefreshes : nil
-        let task = Task { await self.coordinated(current, stale: staleToken, loopGuard: loopGuard, generation: generation) }
+        let span = trace?.child("token request", attributes: ["concierge.token": config.kind == .user ? "refresh" : "app_token"])
+        let lockWait = lifecycle.fleet == nil ? nil : span.flatMap { span in trace.map { $0.lockWait(under: span) } }
+        let task = Task { await self.coordinated(current, stale: staleToken, loopGuard: loopGuard, generation: generation, lockWait: lockWait) }
         inFlight = task
+        if let span {
+            inFlightSpan = span.context
+            trace?.link(span.context, ["concierge.link": "waited for token request"])
+        }
         let outcome = await task.value
         inFlight = nil
+        inFlightSpan = nil
+        if let span { RequestTrace.end(span, outcome) }
         // The fleet's loop guard, counted across nodes, refused it (``FleetSession/renew``).
         if case .throttled = outcome { stats.increment(.loopGuardTrips) }
         if case .refreshed(let token) = outcome { lastIssued = token }
@@ -159,17 +181,21 @@ public actor TokenRefresher {
     /// PostgreSQL does not answer, this node renews alone and hands the result to the fleet later.
     /// - Parameter loopGuard: the loop guard to count against fleet-wide, when an expiry signal
     ///   (not `refresh_ahead`) asked for the renewal.
+    /// - Parameter lockWait: a traced token request's `fleet lock wait` span, ended when the
+    ///   token request under the row's lock begins or the fleet's renewal ends without one.
     private func coordinated(_ current: SessionTokens?, stale: String?, loopGuard: ConciergeConfig.RefreshLimit?,
-                             generation: Int) async -> Outcome {
+                             generation: Int, lockWait: OnceEndedSpan? = nil) async -> Outcome {
+        defer { lockWait?.end() }
         guard let fleet = lifecycle.fleet else { return await perform(current, generation: generation) }
         // A refusal this node got while renewing alone stands until the fleet's token is known.
         if let held = await fleet.refusalOutcome() { return held }
         let settings = runtime.current.settings
         if let outcome = await fleet.renew(stale: stale, kind: settings.session.kind, loopGuard: loopGuard,
                                            tokenTimeout: settings.limits.defaultTimeout,
-                                           fetch: { await self.perform(current, generation: generation) }) {
+                                           fetch: { lockWait?.end(); return await self.perform(current, generation: generation) }) {
             return outcome
         }
+        lockWait?.end()
         // Handed to the fleet once PostgreSQL answers; the request does not wait for it.
         return await fleet.renewAlone { [session] in await self.perform(session.current, generation: session.generation) }
     }

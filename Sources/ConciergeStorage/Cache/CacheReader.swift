@@ -53,11 +53,13 @@ final class CacheReader: Sendable {
     }
 
     /// Hot tier, then SQLite (promoting what it finds).
-    nonisolated(nonsending) func lookup(_ key: String) async -> CacheEntry? {
+    nonisolated(nonsending) func lookup(_ key: String, onSQLiteRead: (@Sendable (ContinuousClock.Instant) -> Void)? = nil) async -> CacheEntry? {
         let now = clock.now
         let hashed = HashedKey(key)
         if let entry = hotLookup(hashed, now: now) { return entry }
         guard let began = index.beginReadIfPresent(hashed.hash) else { return nil }
+        let readStarted = onSQLiteRead == nil ? nil : ContinuousClock.now
+        defer { if let onSQLiteRead, let readStarted { onSQLiteRead(readStarted) } }
         var found: (rowid: Int64, entry: CacheEntry)?
         do {
             found = try await database.pool.read { db -> (Int64, CacheEntry)? in
