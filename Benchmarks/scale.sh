@@ -245,7 +245,7 @@ callgrind_size() {
 # sweeps, every 30 s, are paid by time, not by request) and the rest, the request path's.
 cg_split() {
     local writer
-    writer=$(callgrind_annotate --inclusive=yes "$3" 2>/dev/null | cg_demangle \
+    writer=$(callgrind_annotate --inclusive=yes --threshold=100 "$3" 2>/dev/null | cg_demangle \
         | awk '/\?\?\?:CacheWriter\.loop\(\) \[/ {gsub(/,/, "", $1); print $1; exit}')
     R[$1:$2_writer]=$(( ${writer:-0} / CALLGRIND_REQUESTS ))
     R[$1:$2_path]=$(( ${R[$1:$2]} - ${R[$1:$2_writer]} ))
