@@ -34,7 +34,7 @@ struct LocalAccessConfigTests {
 
     @Test("a string proxy address stays one TCP listener with the defaults")
     func stringAddress() throws {
-        let config = try ConfigLoader.parse(yaml: Self.upstream + "listen: { proxy: 127.0.0.1:9090 }")
+        let config = try ConfigLoader.parse(yaml: Self.upstream + "listen: { proxy: \"127.0.0.1:9090\" }")
         #expect(config.listen.proxyListeners == [ConciergeConfig.ProxyListener(address: .tcp(host: "127.0.0.1", port: 9090))])
         #expect(config.listen.proxy == .tcp(host: "127.0.0.1", port: 9090))
         #expect(!RuntimeConfig(config: config).accessControlled)
@@ -64,8 +64,8 @@ struct LocalAccessConfigTests {
         let yaml = """
             listen:
               proxy:
-                - { address: 127.0.0.1:8080, mode: "0600" }
-                - { address: 127.0.0.1:8082, group: root }
+                - { address: "127.0.0.1:8080", mode: "0600" }
+                - { address: "127.0.0.1:8082", group: root }
             """
         let mode = try #require(issue("listen.proxy[0].mode", in: yaml))
         #expect(mode.message.contains("unix: sockets only"))
@@ -76,15 +76,15 @@ struct LocalAccessConfigTests {
 
     @Test("bad addresses, modes, groups and duplicates name their key paths")
     func badValues() throws {
-        #expect(issue("listen.proxy[1]", in: "listen: { proxy: [127.0.0.1:1, nonsense] }")?.message.contains("host:port or unix:/path") == true)
-        #expect(issue("listen.proxy[0].address", in: "listen: { proxy: [{ address: unix:relative.sock }] }")?.message.contains("absolute") == true)
+        #expect(issue("listen.proxy[1]", in: "listen: { proxy: [\"127.0.0.1:1\", nonsense] }")?.message.contains("host:port or unix:/path") == true)
+        #expect(issue("listen.proxy[0].address", in: "listen: { proxy: [{ address: \"unix:relative.sock\" }] }")?.message.contains("absolute") == true)
         let long = "unix:/" + String(repeating: "x", count: 120)
         #expect(issue("listen.proxy", in: "listen: { proxy: \"\(long)\" }")?.message.contains("at most 98") == true)
-        #expect(issue("listen.proxy[0].mode", in: "listen: { proxy: [{ address: unix:/run/a.sock, mode: \"0999\" }] }")?.message.contains("octal") == true)
-        #expect(issue("listen.proxy[0].group", in: "listen: { proxy: [{ address: unix:/run/a.sock, group: no-such-group-xyz }] }")?.message == "unknown group 'no-such-group-xyz'")
+        #expect(issue("listen.proxy[0].mode", in: "listen: { proxy: [{ address: \"unix:/run/a.sock\", mode: \"0999\" }] }")?.message.contains("octal") == true)
+        #expect(issue("listen.proxy[0].group", in: "listen: { proxy: [{ address: \"unix:/run/a.sock\", group: no-such-group-xyz }] }")?.message == "unknown group 'no-such-group-xyz'")
         #expect(issue("listen.proxy[0].address", in: "listen: { proxy: [{ mode: \"0600\" }] }")?.message.hasPrefix("missing") == true)
-        #expect(issue("listen.proxy[1]", in: "listen: { proxy: [unix:/run/a.sock, unix:/run/a.sock] }")?.message.contains("listed twice") == true)
-        #expect(issue("listen.proxy[0].port", in: "listen: { proxy: [{ address: unix:/run/a.sock, port: 1 }] }")?.message.contains("unknown key") == true)
+        #expect(issue("listen.proxy[1]", in: "listen: { proxy: [\"unix:/run/a.sock\", \"unix:/run/a.sock\"] }")?.message.contains("listed twice") == true)
+        #expect(issue("listen.proxy[0].port", in: "listen: { proxy: [{ address: \"unix:/run/a.sock\", port: 1 }] }")?.message.contains("unknown key") == true)
         #expect(issue("listen.proxy", in: "listen: { proxy: [] }")?.message.contains("no address") == true)
     }
 
@@ -93,7 +93,7 @@ struct LocalAccessConfigTests {
         let found = try #require(issue("listen.proxy[0].session", in: """
             listen:
               proxy:
-                - { address: unix:/run/a.sock, session: shop }
+                - { address: "unix:/run/a.sock", session: shop }
             """))
         #expect(found.message == "unknown session 'shop' (configured: default)")
         #expect(found.line == 5)

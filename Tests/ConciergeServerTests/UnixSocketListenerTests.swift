@@ -153,6 +153,12 @@ struct UnixSocketListenerTests {
             #expect(supplementary.status == 200, "\(supplementary.output)")
             let primary = try await Self.send("GET", "/api/user/info", socket: open, as: .ids(uid: 5002, gid: 4242, groups: []))
             #expect(primary.status == 200, "\(primary.output)")
+            // The reply now cached is no way around clients: still 403, for every request.
+            for _ in 0..<2 {
+                let cached = try await Self.send("GET", "/api/user/info", socket: open, as: .user("nobody"))
+                #expect(cached.status == 403)
+            }
+            #expect(api.calls("/api/user/info") == 1)
             // Requests that use no session are not blocked by clients.
             let items = try await Self.send("GET", "/api/items", socket: open, as: .user("nobody"))
             #expect(items.status == 200, "\(items.output)")
