@@ -209,7 +209,7 @@ struct UnixSocketListenerTests {
         #expect(peer == PeerCredentials(uid: geteuid(), gid: getegid(), groups: expected))
     }
 
-    @Test("groups from /proc/PID/status only when its effective uid and gid match the socket's")
+    @Test("groups from /proc/PID/status only when its effective uid and gid match the socket's; a user namespace that hides uids is recognised")
     func statusGroups() {
         let status = "Name:\tcurl\nUid:\t4001\t4001\t4001\t4001\nGid:\t5000\t5000\t5000\t5000\nGroups:\t27 4242 \n"
         #expect(PeerCredentialReader.groups(status: status, uid: 4001, gid: 5000) == [27, 4242])
@@ -217,5 +217,8 @@ struct UnixSocketListenerTests {
         #expect(PeerCredentialReader.groups(status: status, uid: 4001, gid: 5001) == nil)
         #expect(PeerCredentialReader.groups(status: "Uid:\t1\t1\t1\t1\nGid:\t2\t2\t2\t2\nGroups:\t\n", uid: 1, gid: 2) == [])
         #expect(PeerCredentialReader.userDatabaseGroups(uid: 0, gid: 0).contains(0))
+        // The whole range mapped as itself; systemd's PrivateUsers=yes maps 0, the service's uid and nothing else.
+        #expect(PeerCredentialReader.mapsEveryID(uidMap: "         0          0 4294967295\n"))
+        #expect(!PeerCredentialReader.mapsEveryID(uidMap: "         0          0          1\n     61234      61234          1\n"))
     }
 }

@@ -77,6 +77,14 @@ enum PeerCredentialReader {
         return groups
     }
 
+    /// Whether a `/proc/self/uid_map` text maps every uid as itself (no user namespace, or one
+    /// that hides nothing). In a narrower one (systemd's `PrivateUsers=yes`) other users'
+    /// peers appear as the overflow uid 65534, and `clients` cannot tell them apart.
+    static func mapsEveryID(uidMap: String) -> Bool {
+        let fields = uidMap.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\n" })
+        return fields == ["0", "0", "4294967295"]
+    }
+
     /// The groups the user database gives `uid` (none for a uid without an entry).
     static func userDatabaseGroups(uid: UInt32, gid: UInt32) -> [UInt32] {
         var entry = passwd()

@@ -89,7 +89,16 @@ struct ProxyListener: Service {
             await Self.close(servers)
             throw error
         }
+        warnIfPeersIndistinct()
         return servers
+    }
+
+    /// `clients` on Unix sockets inside a user namespace that hides other users: said once, at start.
+    private func warnIfPeersIndistinct() {
+        guard context.runtime.current.accessControlled, listeners.contains(where: { if case .unix = $0.address { true } else { false } }),
+              let map = try? String(contentsOfFile: "/proc/self/uid_map", encoding: .utf8),
+              !PeerCredentialReader.mapsEveryID(uidMap: map) else { return }
+        logger.warning("session.clients: this process runs in a user namespace that does not map every uid (systemd PrivateUsers=yes?): peers of other users may all appear as uid 65534; see docs/local-access.md")
     }
 
     /// Stops accepting; removes the Unix socket files.
