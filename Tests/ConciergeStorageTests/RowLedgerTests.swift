@@ -15,7 +15,7 @@ struct RowLedgerTests {
             var model = LedgerModel(seed: seed)
             model.run(steps: 400)
             if let failure = model.failure {
-                Issue.record("seed \(seed), event \(model.time): \(failure)")
+                Issue.record("seed \(seed), event \(model.time): \(failure)\n\(model.trace.suffix(40).joined(separator: "\n"))")
                 return
             }
         }
@@ -44,7 +44,8 @@ struct RowLedgerTests {
 }
 
 /// A model of the cache table (rowid → key, size, store time and facts) and of its tag table
-/// (the keys with tag rows), with the ledger beside it.
+/// (the keys with tag rows), with the ledger beside it. Rows are chosen in rowid order, so a
+/// seed replays exactly.
 struct LedgerModel {
     struct Stored {
         var key: String
@@ -70,6 +71,8 @@ struct LedgerModel {
     var time = 0
     var random: SplitMix
     var failure: String?
+    /// The last events, for a failure's message.
+    var trace: [String] = []
 
     static let endpoints = ["a", "b", "c"]
     static let users: [String?] = [nil, "u1", "u2"]
@@ -108,12 +111,14 @@ struct LedgerModel {
             ledger.beginBatch()
             for _ in 0...random.next(3) where failure == nil { event() }
             if random.next(30) == 0 {
+                trace.append("roll back")
                 // The transaction failed: SQLite is as before it, and the ledger is read again.
                 (rows, tagRows, hasFacts, unservable, dooms) = before
                 hasFacts = Set(rows.keys)
                 ledger.rolledBack(recounted: rows.keys.map(indexRow), facts: rows.keys.map(facts))
             } else {
                 ledger.commitBatch()
+                trace.append("commit")
             }
             // Between batches, the writer reads a slice.
             if random.next(3) == 0 { loadSlice(Int64(random.next(4) + 1)) }
@@ -132,7 +137,7 @@ struct LedgerModel {
         time += 1
         switch random.next(12) {
         case 0, 1, 2: put()
-        case 3: delete(rows.keys.filter { _ in random.next(6) == 0 })
+        case 3: delete(rows.keys.sorted().filter { _ in random.next(6) == 0 })
         case 4: sweep()
         case 5: evict()
         case 6: invalidate()
@@ -146,18 +151,20 @@ struct LedgerModel {
 
     mutating func loadSlice(_ count: Int64) {
         guard let slice = ledger.nextLoadSlice(count) else { return }
-        let found = rows.keys.filter { $0 > slice.after && $0 <= slice.upTo }
+        let found = rows.keys.sorted().filter { $0 > slice.after && $0 <= slice.upTo }
+        trace.append("load \(slice): \(found.sorted())")
         ledger.loaded(found.map(indexRow), facts: found.map(facts), through: slice.upTo)
         hasFacts.formUnion(found)
     }
 
     mutating func put() {
-        let key = random.next(2) == 0 ? rows.randomElement(using: &random)?.value.key ?? "k7" : "n\(random.next(1_000_000))"
+        let key = random.next(2) == 0 ? rows.keys.sorted().randomElement(using: &random).map { rows[$0]!.key } ?? "k7" : "n\(random.next(1_000_000))"
         let existing = rows.first { $0.value.key == key }?.key
         let mayHave = ledger.putting(KeyHash.of(key))
         if existing != nil && !mayHave { failure = "a key with a row was said to have none" }
         let rowid = existing ?? (rows.keys.max() ?? 0) + 1  // SQLite's choice: may reuse a deleted top rowid
         let old = existing.map(indexRow)
+        trace.append("\(time) put \(key) at \(rowid)\(existing == nil ? " (new)" : "")")
         let tagged = random.next(3) == 0
         rows[rowid] = randomRow(key: key)
         // As the writer's SQL: a put with tags replaces the key's tag rows, one without leaves them.
@@ -174,6 +181,7 @@ struct LedgerModel {
         let deleted = rowids.map { RowLedger.Deleted(row: indexRow($0), key: rows[$0]!.key) }
         let expectedLive = rowids.count { !unservable.contains($0) }
         let answer = ledger.deleted(deleted, gone: gone)
+        trace.append("\(time) delete \(rowids.sorted())")
         if answer.live != expectedLive { failure = "deleted \(rowids): \(answer.live) live, the model says \(expectedLive)" }
         forget(rowids, untag: answer.untag)
     }
@@ -216,7 +224,7 @@ struct LedgerModel {
         let users: [RowFilter.Users] = [.any, .shared, .sharedAnd(user), .only(user)]
         let filter = RowFilter(endpoints: endpoints, users: users[random.next(4)])
         let selected = Set(ledger.facts.rows(selectedBy: filter))
-        let matching = rows.keys.filter { filter.matches(endpoint: rows[$0]!.endpoint, userID: rows[$0]!.user) }
+        let matching = rows.keys.sorted().filter { filter.matches(endpoint: rows[$0]!.endpoint, userID: rows[$0]!.user) }
         let expected = Set(matching.filter(hasFacts.contains))
         if selected != expected { failure = "filter \(filter) selected \(selected.sorted()), the model says \(expected.sorted())" }
         if random.next(2) == 0 {
@@ -228,11 +236,12 @@ struct LedgerModel {
     }
 
     mutating func doom() {
-        let chosen = rows.keys.filter { _ in random.next(4) == 0 }
+        let chosen = rows.keys.sorted().filter { _ in random.next(4) == 0 }
         guard !chosen.isEmpty else { return }
         let token = ledger.doomed(chosen.map(indexRow))
         unservable.formUnion(chosen)
         dooms.append((chosen, token, time))
+        trace.append("\(time) doom \(chosen.sorted()) token \(token)")
     }
 
     /// A doom's slice: rows stored since the invalidation stay.
@@ -244,6 +253,7 @@ struct LedgerModel {
         let untag = ledger.deletedDoomed(gone.map { RowLedger.Deleted(row: KeyIndex.Row(rowid: $0, hash: 0, size: 0), key: rows[$0]!.key) },
                                          kept: kept.map(indexRow), slice: doom.rowids, token: doom.token)
         forget(gone, untag: untag)
+        trace.append("\(time) doomed slice of token \(doom.token): deleted \(gone.sorted()), kept \(kept.sorted())")
     }
 
     /// A soft purge marks some rows (SQLite's time changes for every one, the facts' for those
@@ -251,7 +261,7 @@ struct LedgerModel {
     mutating func softPurgeAndTouch() {
         var marked: [(rowid: Int64, usableUntil: Double)] = []
         var touched: [(rowid: Int64, at: Double)] = []
-        for rowid in rows.keys {
+        for rowid in rows.keys.sorted() {
             switch random.next(6) {
             case 0:
                 rows[rowid]!.usableUntil = Double(time + random.next(5))
@@ -269,8 +279,10 @@ struct LedgerModel {
     mutating func read() {
         if !reads.isEmpty, random.next(2) == 0 {
             ledger.endRead(reads.remove(at: random.next(reads.count)))
+            trace.append("\(time) end a read")
         } else {
             reads.append(ledger.beginRead())
+            trace.append("\(time) begin a read")
         }
     }
 
@@ -278,6 +290,7 @@ struct LedgerModel {
         let live = rows.keys.count { !unservable.contains($0) }
         let loading = ledger.index.isLoading
         let removed = ledger.deletedAll(rowsDeleted: rows.count)
+        trace.append("\(time) delete all")
         // While loading, the count is SQLite's less the doomed rows (an estimate by design).
         if !loading && removed != live { failure = "deleted all: \(removed), the model says \(live)" }
         (rows, tagRows, hasFacts, unservable) = ([:], [], [], [])

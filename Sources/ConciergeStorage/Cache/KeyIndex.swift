@@ -200,10 +200,12 @@ struct KeyIndex: Sendable {
         return lastToken
     }
 
-    /// A doomed row that its slice kept, stored again after the invalidation, which the index
-    /// was not told of (a restart replaying the journal dooms it again): live again.
-    mutating func keptDoomed(_ row: Row) {
-        guard !doomed.isEmpty, let doom = doomed[row.rowid], !doom.revived else { return }
+    /// A doomed row that the slice of the doom `token` kept, stored again after the invalidation,
+    /// which the index was not told of (a restart replaying the journal dooms it again): live
+    /// again. Not a row a later invalidation doomed since (another token): that one's slice
+    /// decides.
+    mutating func keptDoomed(_ row: Row, token: UInt64) {
+        guard !doomed.isEmpty, let doom = doomed[row.rowid], !doom.revived, doom.token == token else { return }
         // Counted now if the loader passed it (it left it out); else the loader counts it.
         if isCounted(row.rowid) {
             totals.entries += 1

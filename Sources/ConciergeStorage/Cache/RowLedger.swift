@@ -101,7 +101,7 @@ struct RowLedger: Sendable {
             if facts.mayHaveTags(row.row.rowid) { untag.append(row.key) }
             facts.remove(row.row.rowid)
         }
-        for row in kept { index.keptDoomed(row) }
+        for row in kept { index.keptDoomed(row, token: token) }
         index.deletedDoomed(slice, token: token)
         return untag
     }
