@@ -174,7 +174,7 @@ struct TracingTests {
                     try await rigs[0].login()
                     api.state.expireAllAccessTokens()
                     #expect(try await rigs[0].get("/api/user/info").code == 200)
-                    let spans = try await receiver.waitForSpans { spans in spans.contains { $0.name == "fleet lock wait" } }
+                    let spans = try await receiver.waitForSpans { spans in spans.contains { $0.name == "fleet lock wait" } && spans.contains { $0.name == "token request" } }
                     let token = try #require(spans.first { $0.name == "token request" }, "\(spans)")
                     let wait = try #require(spans.first { $0.name == "fleet lock wait" }, "\(spans)")
                     #expect(wait.parentSpanID == token.spanID && wait.traceID == token.traceID)

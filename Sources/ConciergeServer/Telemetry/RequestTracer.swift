@@ -59,8 +59,15 @@ final class RequestTracer: Sendable {
         configuration.traces.otlpExporter.`protocol` = .httpProtobuf
         configuration.traces.otlpExporter.timeout = traces.exportTimeout
         let backend = try OTel.makeTracingBackend(configuration: configuration)
+        retained.withLock { $0.append((backend.factory, backend.service)) }
         return (RequestTracer(tracer: backend.factory, sampleRatio: traces.sampleRatio), backend.service)
     }
+
+    /// Every tracer made, kept for the life of the process: swift-otel's OTLP/HTTP exporter
+    /// shuts its HTTP client down synchronously in `deinit`, which traps when the last
+    /// reference goes on an event loop (a request's trace released there). Its service has
+    /// shut the client down already; one tracer per daemon is kept.
+    private static let retained = Mutex<[(any Tracer, any Service)]>([])
 
     /// The request's trace, or `nil` when it is not traced (see the type's documentation).
     func begin(_ incoming: IncomingRequest) -> RequestTrace? {
