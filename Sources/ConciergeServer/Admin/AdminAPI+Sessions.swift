@@ -1,4 +1,5 @@
 import ConciergeCore
+import ConciergeStorage
 import Foundation
 import HTTPTypes
 import Hummingbird
@@ -78,6 +79,14 @@ extension AdminAPI {
     static func sessionPattern(_ name: String) -> String {
         name == "default" ? #" user=(?!%40|[a-z0-9_-]+(?:%2F|%23))"# + "|(?i) user=%40default "
             : "(?i) user=(?:%40\(name) |\(name)(?:%2F|%23))"
+    }
+
+    /// `{"session": NAME}`: the pattern of that session's entries, compiled; `nil` when the
+    /// configuration has no such session.
+    func sessionSelector(_ name: String) -> (source: String, pattern: KeyPattern)? {
+        guard control.runtime.current.settings.sessions[name] != nil || name == "default" else { return nil }
+        let source = Self.sessionPattern(name)
+        return (try? KeyPattern(source)).map { (source, $0) }
     }
 
     private static func noSession(_ context: BasicRequestContext) -> Response {

@@ -102,16 +102,10 @@ struct AdminAPI: Sendable {
             criteria = .endpoints([endpoint], scope: .everyone)
             by = "endpoint"
         } else if case .string(let name)? = fields["session"] {
-            guard control.runtime.current.settings.sessions[name] != nil || name == "default" else {
-                return error(.notFound, "no session named '\(name)'")
-            }
-            let source = Self.sessionPattern(name)
-            do { pattern = try KeyPattern(source) } catch { return Self.refusal(error) }
-            criteria = .pattern(source)
-            by = "session"
+            guard let selector = sessionSelector(name) else { return error(.notFound, "no session named '\(name)'") }
+            (pattern, criteria, by) = (selector.pattern, .pattern(selector.source), "session")
         } else if case .bool(true)? = fields["all"] {
-            criteria = .all
-            by = "all"
+            (criteria, by) = (.all, "all")
         } else {
             return error(.badRequest, usage)
         }
