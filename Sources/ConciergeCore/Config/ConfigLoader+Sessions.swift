@@ -206,7 +206,8 @@ extension ConfigLoader {
             let capturing = sessions.names.filter { sessions.byName[$0]?.capture?.endpoint == endpoint.name }
             if capturing.count == 1, capturing[0] != "default" { endpoints[i].session = capturing[0] }
         }
-        let reachable = sessions.byName["default"] != nil || listen.sessionHeader || !listenerSessions.isEmpty
+        // Without `sessions:` there is always a `default` (empty without `session:`, as ever).
+        let reachable = sessions.sessionsNode == nil || sessions.byName["default"] != nil || listen.sessionHeader || !listenerSessions.isEmpty
         guard !reachable else { return }
         for (i, endpoint) in endpoints.enumerated() where endpoint.session == nil && endpoint.login != .none {
             r.fail("endpoints[\(i)].session", endpointNode(endpointsNode, i),
