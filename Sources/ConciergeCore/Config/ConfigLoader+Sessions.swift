@@ -89,8 +89,9 @@ extension ConfigLoader {
         var tokenUpstreamNodes: [(path: String, node: Node, name: String)] = []
         if let node, let m = r.mapping(node, p, allowed: [
             "inject", "capture", "refresh", "not_logged_in", "app_token", "refresh_on_status", "refresh_ahead", "max_refreshes", "revoke",
-            "per_client",
+            "per_client", "clients",
         ]) {
+            if let n = m["clients"] { session.clients = sessionClients(n, "\(p).clients", r) }
             if let n = m["inject"] { session.inject = injectPoints(n, "\(p).inject", r) }
             if let n = m["per_client"] { session.perClient = perClient(n, "\(p).per_client", r) }
             if let n = m["capture"], let cm = r.mapping(n, "\(p).capture", allowed: [

@@ -102,7 +102,8 @@ public enum ConfigLoader {
     /// The whole schema, one section per top-level key, in the order their errors are reported.
     static func build(_ root: Node, _ r: YAMLReader, environment: [String: String]) -> ConciergeConfig? {
         guard let top = r.mapping(root, "", allowed: topKeys) else { return nil }
-        let listen = listenSection(top["listen"], r)
+        var listenerSessions: [ListenerSessionReference] = []
+        let listen = listenSection(top["listen"], r, sessions: &listenerSessions)
         let admin = adminSection(top["admin"], r, environment: environment)
         let storage = storageSection(top["storage"], r)
         let upstreams = upstreamsSection(top["upstreams"], root: root, r)
@@ -115,7 +116,8 @@ public enum ConfigLoader {
         let sessions = sessionsSection(top, r, upstreamNames: upstreamNames)
         let cache = cacheSection(top["cache"], r, signing: signing)
         var endpoints = endpointsSection(top["endpoints"], r, cache: cache, upstreamNames: upstreamNames)
-        assignSessions(&endpoints, sessions, endpointsNode: top["endpoints"], listen: listen, r)
+        assignSessions(&endpoints, sessions, endpointsNode: top["endpoints"], listen: listen,
+                       listenerSessions: listenerSessions.map(\.name), r)
         let log = logSection(top["log"], r)
         let limits = limitsSection(top["limits"], r)
         let hooks = hooksSection(top["hooks"], r)
@@ -131,6 +133,7 @@ public enum ConfigLoader {
                                      common: common, envelope: envelope, session: sessions.defaultSession, cache: cache, endpoints: endpoints,
                                      log: log, limits: limits, signing: signing, hooks: hooks, fleet: fleet)
         (config.sessions, config.sessionNames) = (sessions.byName, sessions.names)
+        checkListenerSessions(listenerSessions, known: config.knownSessionNames, r)
         return config
     }
 

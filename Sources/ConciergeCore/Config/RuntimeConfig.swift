@@ -41,6 +41,9 @@ public final class RuntimeConfig: Sendable {
     public let sessionName: String
     /// The live session of ``sessionName``, when a binder gave one.
     public let sessionSlot: (any SessionSlot)?
+    /// Some session has `clients`: requests are checked (``SessionAccess``); otherwise that
+    /// check costs one load of this flag.
+    public let accessControlled: Bool
 
     public init(config: ConciergeConfig, binder: SessionBinder? = nil) {
         settings = config
@@ -51,7 +54,7 @@ public final class RuntimeConfig: Sendable {
         let injectors = config.sessions.values.map { TokenInjector(points: $0.inject) } + [injector]
         tokenParamNames = injectors.reduce(into: Set<String>()) { $0.formUnion($1.paramNames) }
         var listenerHosts: [String] = []
-        for spec in [config.listen.proxy, config.listen.admin] {
+        for spec in config.listen.proxyListeners.map(\.address) + [config.listen.admin] {
             if case .tcp(let host, _) = spec { listenerHosts.append(host) }
         }
         hostPolicy = HostPolicy(listenerHosts: listenerHosts, allowedHosts: config.listen.allowedHosts,
@@ -71,6 +74,7 @@ public final class RuntimeConfig: Sendable {
         redactor = SecretRedactor(extraNames: masked)
         keyExclusions = config.cache.volatileParams.union(tokenParamNames)
         excludedKeyParams = ExcludedParams(keyExclusions)
+        accessControlled = config.hasSessionClients
         sessionName = "default"
         sessionSlot = binder?("default", config.session)
         otherViews = OtherViews()
@@ -100,7 +104,7 @@ public final class RuntimeConfig: Sendable {
         (router, commonParams, envelope) = (base.router, base.commonParams, base.envelope)
         injector = TokenInjector(points: session.inject)
         (keyExclusions, excludedKeyParams, tokenParamNames) = (base.keyExclusions, base.excludedKeyParams, base.tokenParamNames)
-        (hostPolicy, redactor) = (base.hostPolicy, base.redactor)
+        (hostPolicy, redactor, accessControlled) = (base.hostPolicy, base.redactor, base.accessControlled)
         (sessionName, sessionSlot) = (name, slot)
         otherViews = OtherViews()
     }

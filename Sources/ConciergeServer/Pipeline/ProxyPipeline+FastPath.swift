@@ -55,7 +55,8 @@ extension ProxyPipeline {
     func replayedHit(of bytes: ByteBuffer) -> (hit: EncodedHit, incoming: IncomingRequest)? {
         guard let replay = hitMemos.current.replay(for: bytes) else { return nil }
         let (config, environment) = runtime.snapshot
-        guard replay.recipe.holds(config: config, environment: environment, session: session.current),
+        // Remembered bytes say nothing of who sent them: with `clients`, the parsed path checks.
+        guard !config.accessControlled, replay.recipe.holds(config: config, environment: environment, session: session.current),
               let hit = freshHit(replay.recipe, now: cache.clock.now) else { return nil }
         return (hit, replay.incoming)
     }

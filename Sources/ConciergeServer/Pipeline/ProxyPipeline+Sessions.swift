@@ -29,11 +29,16 @@ extension ProxyPipeline {
     /// valid; 503 for a login beyond `max` live instances).
     func selectSession(_ incoming: IncomingRequest, route: PreparedRequest.Route) -> SessionSelection {
         var route = route
-        if route.selectsByHeader {
+        if route.endpoint.session == nil, let listener = incoming.identity.listenerSession, listener != route.config.sessionName {
+            // The listener's session (`listen.proxy[].session`), unless the endpoint names one.
+            if let view = runtime.current.view(forSession: listener) { route = PreparedRequest.Route(route, session: view) }
+        } else if route.selectsByHeader {
             let (chosen, refusal) = chooseByHeader(incoming.headers, route)
             guard let chosen else { return .answer(refusal!) }
             route = chosen
         }
+        // `clients` of the chosen session (docs/local-access.md): 403 before anything else.
+        if route.config.accessControlled, let refused = accessRefusal(incoming, route: route) { return .answer(refused) }
         let config = route.config
         guard let slot = config.sessionSlot else { return .chosen(SessionChoice(route: route, slot: nil, tokens: session.current)) }
         guard let perClient = config.settings.session.perClient else {
