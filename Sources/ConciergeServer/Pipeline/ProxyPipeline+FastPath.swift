@@ -22,16 +22,18 @@ extension ProxyPipeline {
     /// - Parameter encoded: the caller can write a hit as ready HTTP/1.1 bytes (a keep-alive
     ///   HTTP/1.1 `GET`).
     func fastPath(_ incoming: IncomingRequest, encoded: Bool = false) -> FastPath {
-        let route = incoming.route ?? runtime.route(method: incoming.method, target: incoming.target)
-        // Before the hit memo, which answers without preparing.
-        if route.config.accessControlled, let refused = accessRefusal(incoming, route: route) { return .answer(refused) }
-        let session = self.session.current
+        let choice: SessionChoice
+        switch selectSession(incoming, route: incoming.route ?? runtime.route(method: incoming.method, target: incoming.target)) {
+        case .answer(let answer): return .answer(answer)
+        case .chosen(let chosen): choice = chosen
+        }
+        let (route, session) = (choice.route, choice.tokens)
         let memo = encoded ? hitMemos.current : nil
         let now = cache.clock.now
         if let recipe = memo?.recipe(for: incoming, route: route, session: session), let hit = freshHit(recipe, now: now) {
             return .encodedHit(hit, recipe: recipe)
         }
-        let preparation = prepare(incoming, route: route, session: session)
+        let preparation = prepare(incoming, choice)
         if case .answer(let answer) = preparation { return .answer(answer) }
         // `mode: http` reads the request's directives and `Vary` first: not here.
         guard case .ready(let p, _) = preparation, let key = p.hashedCacheKey, !p.bypass, !p.endpoint.httpCaching else {

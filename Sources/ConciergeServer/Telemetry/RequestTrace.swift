@@ -19,6 +19,8 @@ final class RequestTrace: Sendable {
     let spanID: String
     /// The upstream attempt under way (a client span), ended by ``endAttempt(status:failure:)``.
     private let attempt = Mutex<(any Span)?>(nil)
+    /// The session the request uses (`concierge.session`), once the pipeline chose it.
+    private let sessionName = Mutex("default")
 
     init(tracer: any Tracer, server: any Span) {
         self.tracer = tracer
@@ -28,6 +30,11 @@ final class RequestTrace: Sendable {
 
     /// `trace_id` and `span_id`, for the log lines of a traced request.
     var logMetadata: Logger.Metadata { ["trace_id": "\(traceID)", "span_id": "\(spanID)"] }
+
+    /// Records the session the pipeline chose for the request.
+    func chose(session name: String) {
+        sessionName.withLock { $0 = name }
+    }
 
     // MARK: Upstream attempts
 
@@ -132,7 +139,7 @@ final class RequestTrace: Sendable {
         }
         if let cache = report.cache { attributes["concierge.cache"] = cache.rawValue }
         attributes["concierge.replays"] = report.replays
-        attributes["concierge.session"] = "default"
+        attributes["concierge.session"] = sessionName.withLock { $0 }
         if let code = report.businessCode { attributes["concierge.code"] = code.description }
         server.attributes = attributes
         if status >= 500 { server.setStatus(SpanStatus(code: .error, message: "HTTP \(status)")) }
