@@ -17,6 +17,9 @@ final class MissPathRig: Sendable {
           inject: [{ query: accessToken }]
           refresh: { method: POST, path: /token/refresh, body: { refreshToken: "{refresh_token}" },
                      access_token: data.accessToken, refresh_token: data.refreshToken, max_replays: 2 }
+          # The loop guard reads a monotonic clock no rig can freeze: two rigs a moment apart
+          # would trip it at different times (a `Retry-After` of 5 and of 6). Never tripped here.
+          max_refreshes: { count: 1000, within: 1ms }
         envelope:
           warning_codes: { 901: [event, logout], 902: [event] }
         endpoints:
