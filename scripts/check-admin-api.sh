@@ -65,9 +65,16 @@ session:
   inject: [{ query: accessToken }]
   capture: { endpoint: login, access_token: data.result.accessToken, refresh_token: data.result.refreshToken, user_id: data.result.userId }
   refresh: { path: /api/token/refresh, body: { refreshToken: "{refresh_token}" }, access_token: data.result.accessToken }
+sessions:
+  portal:
+    per_client: { max: 100 }
+    inject: [{ query: accessToken }]
+    capture: { endpoint: portalLogin, access_token: data.result.accessToken, user_id: data.result.userId }
 endpoints:
   - name: login
     match: POST /api/login
+  - name: portalLogin
+    match: POST /api/portal/login
   - name: userInfo
     match: GET /api/user/info
     login: required

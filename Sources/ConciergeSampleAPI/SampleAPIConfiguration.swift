@@ -27,6 +27,9 @@ public struct SampleAPIConfiguration: Sendable {
     public var clientID: String = SampleAPIConfiguration.defaultClientID
     /// OAuth2 client secret, WeChat `secret`, DingTalk `appSecret`.
     public var clientSecret: String = SampleAPIConfiguration.defaultClientSecret
+    /// More WeChat app ids (`appid` → `secret`), each with its own app token: a new fetch
+    /// invalidates only the previous token of the same app id.
+    public var moreAppIDs: [String: String] = [:]
 
     public static let defaultClientID = "sample-client"
     public static let defaultClientSecret = "sample-client-secret-8f3a"

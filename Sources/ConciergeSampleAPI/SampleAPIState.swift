@@ -7,6 +7,7 @@ public final class SampleAPIState: Sendable {
         var callsByPath: [String: Int] = [:]
         var totalCalls = 0
         var refreshCalls = 0
+        var tokenCallsByApp: [String: Int] = [:]
         var loginCalls = 0
         var expirySignals = 0
         var lastRequestByPath: [String: SampleRequestRecord] = [:]
@@ -154,8 +155,23 @@ public final class SampleAPIState: Sendable {
         }
     }
 
-    func countRefresh() {
-        storage.withLock { $0.refreshCalls += 1 }
+    func countRefresh(app: String? = nil) {
+        storage.withLock { s in
+            s.refreshCalls += 1
+            if let app { s.tokenCallsByApp[app, default: 0] += 1 }
+        }
+    }
+
+    /// WeChat token fetches that named the app id `app` (valid or not).
+    public func tokenCalls(app: String) -> Int {
+        storage.withLock { $0.tokenCallsByApp[app, default: 0] }
+    }
+
+    /// An app token of the extra app id `app` (``SampleAPIConfiguration/moreAppIDs``): a new
+    /// one supersedes only that app id's earlier tokens.
+    func issueAppToken(app: String) -> String {
+        let now = self.now
+        return storage.withLock { $0.tokens.issueAppToken(at: now, app: app) }
     }
 
     func countExpirySignal() {

@@ -52,6 +52,16 @@ struct TokenRegistry {
         return token
     }
 
+    /// Issues an app token of the app id `app`, superseding only that app id's earlier ones.
+    mutating func issueAppToken(at now: ContinuousClock.Instant, app: String) -> String {
+        let owner = "app:" + app
+        for (token, issued) in accessTokens where issued.userID == owner { accessTokens[token] = nil }
+        let token = "app-" + Self.randomHex(byteCount: 16)
+        issuedLog.append(token)
+        accessTokens[token] = IssuedToken(userID: owner, issuedAt: now)
+        return token
+    }
+
     /// Every token handed out so far (access and refresh), for tests that scan logs.
     var everyTokenIssued: [String] { issuedLog }
 

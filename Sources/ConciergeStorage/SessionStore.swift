@@ -2,41 +2,85 @@ import ConciergeCore
 import Foundation
 import GRDB
 
-/// Persists the one session (tokens, user id, when set, kind and expiry) so it survives restarts.
+/// Persists one session (tokens, user id, when set, kind and expiry) so it survives restarts:
+/// `default` in the `session` table (as a daemon with one session always has), every other
+/// session and `per_client` instance in `named_session` under its ``key``.
 public struct SessionStore: Sendable {
     public let database: StorageDatabase
+    /// `default`, a session's name, or `NAME#<digest of the instance id>` for an instance.
+    public let key: String
 
-    public init(database: StorageDatabase) {
+    public init(database: StorageDatabase, key: String = "default") {
         self.database = database
+        self.key = key
     }
+
+    static let createNamedTable = """
+        CREATE TABLE named_session (
+          key TEXT PRIMARY KEY,
+          access_token TEXT NOT NULL,
+          refresh_token TEXT,
+          user_id TEXT,
+          set_at REAL NOT NULL,
+          kind TEXT NOT NULL DEFAULT 'user',
+          expires_at REAL,
+          subject TEXT,
+          last_used REAL NOT NULL DEFAULT 0
+        ) WITHOUT ROWID;
+        """
+
+    private var isDefault: Bool { key == "default" }
 
     public func load() throws -> SessionTokens? {
         try database.pool.read { db in
-            guard let row = try Row.fetchOne(db, sql: "SELECT access_token, refresh_token, user_id, set_at, kind, expires_at, subject FROM session WHERE id = 1") else {
-                return nil
-            }
-            return SessionTokens(accessToken: row["access_token"], refreshToken: row["refresh_token"], userID: row["user_id"],
-                                 setAt: Date(timeIntervalSince1970: row["set_at"]),
-                                 kind: SessionTokens.Kind(rawValue: row["kind"]) ?? .user,
-                                 expiresAt: (row["expires_at"] as Double?).map(Date.init(timeIntervalSince1970:)),
-                                 subject: row["subject"])
+            let columns = "access_token, refresh_token, user_id, set_at, kind, expires_at, subject"
+            let row = isDefault ? try Row.fetchOne(db, sql: "SELECT \(columns) FROM session WHERE id = 1")
+                : try Row.fetchOne(db, sql: "SELECT \(columns) FROM named_session WHERE key = ?", arguments: [key])
+            return row.map(Self.tokens)
         }
+    }
+
+    private static func tokens(_ row: Row) -> SessionTokens {
+        SessionTokens(accessToken: row["access_token"], refreshToken: row["refresh_token"], userID: row["user_id"],
+                      setAt: Date(timeIntervalSince1970: row["set_at"]),
+                      kind: SessionTokens.Kind(rawValue: row["kind"]) ?? .user,
+                      expiresAt: (row["expires_at"] as Double?).map(Date.init(timeIntervalSince1970:)),
+                      subject: row["subject"])
     }
 
     /// Stores the session durably (or deletes it for `nil`) before returning.
     public func save(_ session: SessionTokens?) async throws {
+        let key = key
+        let isDefault = isDefault
         try await database.pool.write { db in
-            if let session {
-                try db.execute(sql: """
-                    INSERT INTO session (id, access_token, refresh_token, user_id, set_at, kind, expires_at, subject) VALUES (1, ?, ?, ?, ?, ?, ?, ?)
-                    ON CONFLICT(id) DO UPDATE SET access_token = excluded.access_token, refresh_token = excluded.refresh_token,
-                      user_id = excluded.user_id, set_at = excluded.set_at, kind = excluded.kind, expires_at = excluded.expires_at,
-                      subject = excluded.subject
-                    """, arguments: [session.accessToken, session.refreshToken, session.userID, session.setAt.timeIntervalSince1970,
-                                     session.kind.rawValue, session.expiresAt?.timeIntervalSince1970, session.subject])
-            } else {
-                try db.execute(sql: "DELETE FROM session")
+            guard let session else {
+                try db.execute(sql: isDefault ? "DELETE FROM session" : "DELETE FROM named_session WHERE key = ?",
+                               arguments: isDefault ? [] : [key])
+                return
             }
+            let values: StatementArguments = [session.accessToken, session.refreshToken, session.userID, session.setAt.timeIntervalSince1970,
+                                              session.kind.rawValue, session.expiresAt?.timeIntervalSince1970, session.subject]
+            let update = """
+                ON CONFLICT DO UPDATE SET access_token = excluded.access_token, refresh_token = excluded.refresh_token,
+                  user_id = excluded.user_id, set_at = excluded.set_at, kind = excluded.kind, expires_at = excluded.expires_at,
+                  subject = excluded.subject
+                """
+            if isDefault {
+                try db.execute(sql: "INSERT INTO session (id, access_token, refresh_token, user_id, set_at, kind, expires_at, subject) VALUES (1, ?, ?, ?, ?, ?, ?, ?) \(update)",
+                               arguments: values)
+            } else {
+                var keyed: StatementArguments = [key]
+                keyed += values
+                try db.execute(sql: "INSERT INTO named_session (key, access_token, refresh_token, user_id, set_at, kind, expires_at, subject) VALUES (?, ?, ?, ?, ?, ?, ?, ?) \(update)",
+                               arguments: keyed)
+            }
+        }
+    }
+
+    /// The stored instances of the `per_client` session `name`: their keys.
+    public static func instanceKeys(_ database: StorageDatabase, session name: String) throws -> [String] {
+        try database.pool.read { db in
+            try String.fetchAll(db, sql: "SELECT key FROM named_session WHERE key >= ? AND key < ?", arguments: [name + "#", name + "$"])
         }
     }
 }

@@ -261,6 +261,11 @@ public final class StorageDatabase: Sendable {
             // finished (or replayed at start-up) in slices: `InvalidationJournal`.
             try db.execute(sql: InvalidationJournal.createTable)
         }
+        migrator.registerMigration("v9: named sessions and per-client instances") { db in
+            // `default` stays in `session` (id 1); every other session and instance has a row
+            // here under its store key (``SessionStore/key``).
+            try db.execute(sql: SessionStore.createNamedTable)
+        }
         return migrator
     }
 

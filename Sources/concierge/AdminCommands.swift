@@ -204,49 +204,6 @@ struct FleetCommand: AsyncParsableCommand {
     }
 }
 
-struct SessionCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "session", abstract: "Show, set or clear the session.",
-                                                    subcommands: [Show.self, Set.self, Clear.self], defaultSubcommand: Show.self)
-
-    struct Show: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Show the session (tokens masked).")
-        @OptionGroup var options: AdminOptions
-        func run() async throws {
-            let reply = try await AdminClient(options).send(.GET, "/session")
-            if options.json { printJSON(reply); return }
-            if reply[path: "logged_in"] == .bool(true) {
-                print("logged in as \(reply[path: "user_id"]?.parameterText ?? "?") since \(reply[path: "set_at"]?.parameterText ?? "?") (access token \(reply[path: "access_token"]?.parameterText ?? "-"))")
-            } else {
-                print("not logged in")
-            }
-        }
-    }
-
-    struct Set: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Set tokens by hand.")
-        @OptionGroup var options: AdminOptions
-        @Option(help: "Access token.") var accessToken: String
-        @Option(help: "Refresh token.") var refreshToken: String?
-        @Option(help: "User id.") var userId: String?
-        func run() async throws {
-            var body: [String: JSONValue] = ["access_token": .string(accessToken)]
-            if let refreshToken { body["refresh_token"] = .string(refreshToken) }
-            if let userId { body["user_id"] = .string(userId) }
-            let reply = try await AdminClient(options).send(.PUT, "/session", body: .object(body))
-            if options.json { printJSON(reply) } else { print("session set for \(reply[path: "user_id"]?.parameterText ?? "?")") }
-        }
-    }
-
-    struct Clear: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Log out.")
-        @OptionGroup var options: AdminOptions
-        func run() async throws {
-            let reply = try await AdminClient(options).send(.DELETE, "/session")
-            if options.json { printJSON(reply) } else { print(reply[path: "logged_out"] == .bool(true) ? "logged out" : "there was no session") }
-        }
-    }
-}
-
 struct EnvCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "env", abstract: "Show or switch the upstream environment.",
                                                     subcommands: [Show.self, Set.self], defaultSubcommand: Show.self)

@@ -148,7 +148,7 @@ struct LocalAccessConfigTests {
             """)
         let outsider = PeerCredentials(uid: 2000, gid: 2000)
         func refused(_ name: String, _ peer: PeerCredentials?) -> String? {
-            SessionAccess.refusedSession(config.endpoint(named: name)!, config: config, peer: peer, listenerSession: nil)
+            SessionAccess.refusedSession(config.endpoint(named: name)!, config: config, peer: peer, session: "default")
         }
         #expect(refused("login", outsider) == "default")
         #expect(refused("info", nil) == "default")

@@ -26,12 +26,15 @@ struct AdminOpenAPITests {
     func everyDeclaredOperationIsRouted() async throws {
         let declared = AdminOpenAPI.methodsByPath
         #expect(Set(declared.keys) == ["/health", "/openapi.yaml", "/metrics", "/stats", "/cache/invalidate", "/cache/entries",
-                                       "/session", "/environment", "/reload", "/fleet", "/ui"])
+                                       "/session", "/sessions", "/sessions/{name}", "/sessions/{name}/instances/{id}",
+                                       "/environment", "/reload", "/fleet", "/ui"])
         #expect(declared["/session"] == ["GET", "PUT", "DELETE"])
         try await ConciergeTestRig.with { rig in
             for (path, methods) in declared {
                 for method in methods {
-                    let reply = try await rig.admin(HTTPMethod(rawValue: method), path)
+                    // A templated path with a sample of each part: the session `default`, an invalid instance id (400).
+                    let concrete = path.replacingOccurrences(of: "{name}", with: "default").replacingOccurrences(of: "{id}", with: "x")
+                    let reply = try await rig.admin(HTTPMethod(rawValue: method), concrete)
                     #expect(reply.status != 404 && reply.status != 405, "\(method) \(path) answered \(reply.status)")
                 }
             }
@@ -48,6 +51,9 @@ struct AdminOpenAPITests {
             let health = try await rig.admin(.POST, "/health", token: nil)
             #expect(health.status == 405)
             #expect(health.header("Allow") == "GET, HEAD")
+            let templated = try await rig.admin(.PUT, "/sessions/default")
+            #expect(templated.status == 405)
+            #expect(templated.header("Allow") == "GET, DELETE, HEAD")
             let unknown = try await rig.admin(.GET, "/nope")
             #expect(unknown.status == 404)
             #expect(unknown.json?[path: "error"] != nil)

@@ -356,7 +356,7 @@ struct AdminRouterTests {
         #expect(fixture.session.current?.userID == "42")
         let published = try await fixture.events(1, of: subscription)
         #expect(published.map(\.type) == ["session.login"])
-        #expect(published.first?.data == ["user": "42"])
+        #expect(published.first?.data == ["user": "42", "session": "default"])
         await fixture.finish()
     }
 
@@ -383,7 +383,7 @@ struct AdminRouterTests {
         #expect(fixture.stats.value(.logouts) == 1)
         let published = try await fixture.events(1, of: subscription)
         #expect(published.map(\.type) == ["session.logout"])
-        #expect(published.first?.data == ["user": "ann", "reason": "admin"])
+        #expect(published.first?.data == ["user": "ann", "reason": "admin", "session": "default"])
         await fixture.finish()
     }
 

@@ -109,7 +109,10 @@ struct StageFixture {
         transport = ScriptedTransport(script, streaming: streaming)
         let lifecycle = SessionLifecycle(session: session, cache: cache, stats: stats, events: events, logger: logger)
         runtime = Runtime(config: config)
-        pipeline = ConciergeDaemon.makePipeline(runtime: runtime, cache: cache, lifecycle: lifecycle, transport: transport, logger: logger)
+        let sessions = try SessionRegistry(parts: .init(database: database, cache: cache, transport: transport, runtime: runtime, logger: logger),
+                                           base: lifecycle, perClientDefault: nil)
+        runtime.bind(sessions.bind)
+        pipeline = ConciergeDaemon.makePipeline(runtime: runtime, sessions: sessions, transport: transport, logger: logger)
     }
 
     func login(_ user: String, access: String = "at-1", refresh: String = "rt-1") async throws {

@@ -13,7 +13,13 @@ public struct ConciergeConfig: Sendable {
     public var environment: String
     public var common: Common
     public var envelope: Envelope
+    /// The session named `default` (`session:`, or `sessions.default`); without one, a
+    /// session that injects nothing and captures nothing.
     public var session: Session
+    /// Every session by name (`sessions:`; `session:` is the one named `default`).
+    public var sessions: [String: Session] = [:]
+    /// The names of ``sessions`` in file order.
+    public var sessionNames: [String] = []
     public var cache: Cache
     public var endpoints: [EndpointPolicy]
     public var log: Log
@@ -48,6 +54,8 @@ public struct ConciergeConfig: Sendable {
         /// Extra `Host` names both listeners answer (`.example.com`: any subdomain), besides
         /// their own address, the loopback names and the upstreams' hosts.
         public var allowedHosts: [String] = []
+        /// `session_header`: a request may choose its session with `Concierge-Session-Name`.
+        public var sessionHeader = false
     }
 
     public struct Admin: Sendable {
@@ -124,12 +132,28 @@ public struct ConciergeConfig: Sendable {
         public var maxRefreshes: RefreshLimit = RefreshLimit(count: 5, within: .seconds(60))
         /// `clients`: who may use the session (docs/local-access.md); `nil`: anyone.
         public var clients: SessionClients? = nil
+        /// `per_client`: one instance of this session per caller-chosen id.
+        public var perClient: PerClient? = nil
+
+        /// A session that injects, captures and renews nothing.
+        public static var none: Session {
+            Session(inject: [], capture: nil, refresh: nil, notLoggedIn: CannedReply(status: 401, body: ["code": 800, "msg": "not logged in"]))
+        }
 
         /// What kind of token the session holds under this configuration.
         public var kind: SessionTokens.Kind { appToken == nil ? .user : .app }
         /// The token request that renews the token: `refresh` for a user, `app_token` for an app.
         public var tokenEndpoint: TokenEndpoint? { appToken ?? refresh }
         public var maxReplays: Int { tokenEndpoint?.maxReplays ?? 3 }
+    }
+
+    /// `sessions.NAME.per_client`: instances keyed by the value of `header`.
+    public struct PerClient: Sendable, Equatable {
+        public var header = "Concierge-Session"
+        /// At most this many live instances; a login beyond is answered 503.
+        public var max = 10_000
+        /// An instance unused this long is logged out.
+        public var idle: Duration = .seconds(30 * 86_400)
     }
 
     public struct RefreshLimit: Sendable, Equatable {

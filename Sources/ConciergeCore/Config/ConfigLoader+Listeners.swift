@@ -8,7 +8,8 @@ extension ConfigLoader {
     /// `sessions`: each listener's `session`, checked once the sessions are read.
     static func listenSection(_ node: Node?, _ r: YAMLReader, sessions: inout [ListenerSessionReference]) -> ConciergeConfig.Listen {
         var listen = ConciergeConfig.Listen(proxy: .tcp(host: "127.0.0.1", port: 8080), admin: .tcp(host: "127.0.0.1", port: 8081))
-        if let node, let m = r.mapping(node, "listen", allowed: ["proxy", "admin", "allowed_hosts"]) {
+        if let node, let m = r.mapping(node, "listen", allowed: ["proxy", "admin", "allowed_hosts", "session_header"]) {
+            if let n = m["session_header"], let b = r.bool(n, "listen.session_header") { listen.sessionHeader = b }
             if let n = m["allowed_hosts"], let items = r.sequence(n, "listen.allowed_hosts") {
                 for (i, item) in items.enumerated() {
                     guard let s = r.nonEmptyString(item, "listen.allowed_hosts[\(i)]") else { continue }

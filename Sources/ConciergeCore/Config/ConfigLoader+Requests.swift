@@ -123,8 +123,7 @@ extension ConfigLoader {
     }
 
     /// `endpoints`: the policies, in match order; names that others refer to must exist.
-    static func endpointsSection(_ node: Node?, _ r: YAMLReader, cache: ConciergeConfig.Cache, upstreamNames: Set<String>,
-                                 session: ConciergeConfig.Session, captureNode: Node?) -> [EndpointPolicy] {
+    static func endpointsSection(_ node: Node?, _ r: YAMLReader, cache: ConciergeConfig.Cache, upstreamNames: Set<String>) -> [EndpointPolicy] {
         var endpoints: [EndpointPolicy] = []
         var invalidateChecks: [(path: String, node: Node, name: String)] = []
         if let node, let items = r.sequence(node, "endpoints") {
@@ -143,14 +142,11 @@ extension ConfigLoader {
         for check in invalidateChecks where !endpointNames.contains(check.name) {
             r.fail(check.path, check.node, "names no endpoint: '\(check.name)'")
         }
-        if let capture = session.capture, !endpointNames.contains(capture.endpoint) {
-            r.fail("session.capture.endpoint", captureNode, "names no endpoint: '\(capture.endpoint)'")
-        }
         return endpoints
     }
 
     static let endpointKeys = ["name", "match", "login", "cache", "envelope", "upstream", "timeout", "invalidates",
-                               "validate", "unwrap", "sign"]
+                               "validate", "unwrap", "sign", "session"]
 
     static func endpoint(_ node: Node, _ path: String, _ r: YAMLReader, cache: ConciergeConfig.Cache,
                          upstreamNames: Set<String>, invalidateChecks: inout [(path: String, node: Node, name: String)]) -> EndpointPolicy? {
@@ -206,6 +202,7 @@ extension ConfigLoader {
             }
         }
         if let n = m["unwrap"], let s = r.nonEmptyString(n, "\(path).unwrap") { policy.unwrap = s }
+        if let n = m["session"], let s = r.nonEmptyString(n, "\(path).session") { policy.session = s }
         if let n = m["sign"] {
             if case .scalar = n {
                 if let b = r.bool(n, "\(path).sign") {
@@ -244,7 +241,7 @@ extension ConfigLoader {
         if let v = cm["key_headers"], let names = keyHeaders(v, "\(path).key_headers", r) { cache.keyHeaders = names }
         if let v = cm["ttl"], let d = r.duration(v, "\(path).ttl") { cache.ttl = d }
         if let v = cm["scope"], let s = r.string(v, "\(path).scope") {
-            if let sc = EndpointPolicy.Scope(rawValue: s) { explicitScope = sc } else { r.fail("\(path).scope", v, "expected user or shared, found '\(s)'") }
+            if let sc = EndpointPolicy.Scope(rawValue: s) { explicitScope = sc } else { r.fail("\(path).scope", v, "expected user, shared or session, found '\(s)'") }
         }
         if let v = cm["stale_if_error"], let d = r.duration(v, "\(path).stale_if_error") { cache.staleIfError = d }
         if let v = cm["stale_while_revalidate"], let d = r.duration(v, "\(path).stale_while_revalidate") { cache.staleWhileRevalidate = d }

@@ -69,7 +69,7 @@ public enum ConfigLoader {
             throw ConfigError(file: nil, issues: issues)
         }
         var result = config!
-        let clientSecrets = [result.session.refresh, result.session.appToken, result.session.revoke].compactMap { $0?.clientSecret }
+        let clientSecrets = result.sessions.values.flatMap { [$0.refresh, $0.appToken, $0.revoke] }.compactMap { $0?.clientSecret }
         result.secretValues = reader.substitutedValues.union(clientSecrets).sorted()
         return result
     }
@@ -97,7 +97,7 @@ public enum ConfigLoader {
     // MARK: - Schema
 
     static let topKeys = ["listen", "admin", "storage", "upstreams", "environment", "common", "envelope", "session",
-                          "cache", "endpoints", "log", "limits", "signing", "hooks", "fleet"]
+                          "sessions", "cache", "endpoints", "log", "limits", "signing", "hooks", "fleet"]
 
     /// The whole schema, one section per top-level key, in the order their errors are reported.
     static func build(_ root: Node, _ r: YAMLReader, environment: [String: String]) -> ConciergeConfig? {
@@ -113,115 +113,28 @@ public enum ConfigLoader {
         let envelope = envelopeSection(top["envelope"], r)
         // Before the endpoints, which may inherit it.
         let signing = top["signing"].flatMap { YAMLReader.isNull($0) ? nil : signingConfig($0, "signing", r) }
-        let (session, captureNode) = sessionSection(top["session"], r, upstreamNames: upstreamNames)
+        let sessions = sessionsSection(top, r, upstreamNames: upstreamNames)
         let cache = cacheSection(top["cache"], r, signing: signing)
-        let endpoints = endpointsSection(top["endpoints"], r, cache: cache, upstreamNames: upstreamNames, session: session,
-                                         captureNode: captureNode)
+        var endpoints = endpointsSection(top["endpoints"], r, cache: cache, upstreamNames: upstreamNames)
+        assignSessions(&endpoints, sessions, endpointsNode: top["endpoints"], listen: listen,
+                       listenerSessions: listenerSessions.map(\.name), r)
         let log = logSection(top["log"], r)
         let limits = limitsSection(top["limits"], r)
         let hooks = hooksSection(top["hooks"], r)
         let fleet = fleetSection(top["fleet"], r)
         guard !upstreams.isEmpty else { return nil }
-        let config = ConciergeConfig(listen: listen, admin: admin, storage: storage, upstreams: upstreams, environment: environmentName,
-                                     common: common, envelope: envelope, session: session, cache: cache, endpoints: endpoints,
+        if fleet != nil, sessions.names.contains(where: { $0 != "default" }) {
+            r.fail("sessions", sessions.sessionsNode, "a fleet shares the session named default only: sessions other than default are not supported with fleet: yet")
+        }
+        if fleet != nil, sessions.byName["default"]?.perClient != nil {
+            r.fail("\(sessions.path("default")).per_client", top["session"] ?? top["sessions"], "per_client instances are not shared by a fleet yet")
+        }
+        var config = ConciergeConfig(listen: listen, admin: admin, storage: storage, upstreams: upstreams, environment: environmentName,
+                                     common: common, envelope: envelope, session: sessions.defaultSession, cache: cache, endpoints: endpoints,
                                      log: log, limits: limits, signing: signing, hooks: hooks, fleet: fleet)
-        checkListenerSessions(listenerSessions, known: config.sessionNames, r)
+        (config.sessions, config.sessionNames) = (sessions.byName, sessions.names)
+        checkListenerSessions(listenerSessions, known: config.knownSessionNames, r)
         return config
-    }
-
-    /// `session`: where the token goes, how it is captured and renewed.
-    static func sessionSection(_ node: Node?, _ r: YAMLReader, upstreamNames: Set<String>) -> (ConciergeConfig.Session, captureNode: Node?) {
-        var session = ConciergeConfig.Session(inject: [], capture: nil, refresh: nil,
-                                              notLoggedIn: CannedReply(status: 401, body: ["code": 800, "msg": "not logged in"]))
-        var captureNode: Node? = nil
-        var tokenUpstreamNodes: [(path: String, node: Node, name: String)] = []
-        if let node, let m = r.mapping(node, "session", allowed: [
-            "inject", "capture", "refresh", "not_logged_in", "app_token", "refresh_on_status", "refresh_ahead", "max_refreshes", "revoke",
-            "clients",
-        ]) {
-            if let n = m["clients"] { session.clients = sessionClients(n, "session.clients", r) }
-            if let n = m["inject"] { session.inject = injectPoints(n, r) }
-            if let n = m["capture"], let cm = r.mapping(n, "session.capture", allowed: [
-                "endpoint", "access_token", "refresh_token", "user_id", "expires_in", "redact",
-            ]) {
-                captureNode = cm["endpoint"] ?? n
-                let endpoint = cm["endpoint"].flatMap { r.nonEmptyString($0, "session.capture.endpoint") }
-                let access = cm["access_token"].flatMap { r.nonEmptyString($0, "session.capture.access_token") }
-                if cm["endpoint"] == nil { r.fail("session.capture.endpoint", n, "missing: the login endpoint's name") }
-                if cm["access_token"] == nil { r.fail("session.capture.access_token", n, "missing: path of the access token in the login reply") }
-                if let endpoint, let access {
-                    var capture = ConciergeConfig.Capture(
-                        endpoint: endpoint, accessToken: access,
-                        refreshToken: cm["refresh_token"].flatMap { r.nonEmptyString($0, "session.capture.refresh_token") },
-                        userID: cm["user_id"].flatMap { r.nonEmptyString($0, "session.capture.user_id") })
-                    capture.expiresIn = cm["expires_in"].flatMap { r.nonEmptyString($0, "session.capture.expires_in") }
-                    if let v = cm["redact"], let b = r.bool(v, "session.capture.redact") { capture.redact = b }
-                    session.capture = capture
-                }
-            }
-            if let n = m["refresh"], let t = tokenEndpoint(n, "session.refresh", r, defaultMethod: "POST", upstreamNodes: &tokenUpstreamNodes) {
-                session.refresh = t
-            }
-            if let n = m["revoke"] {
-                session.revoke = tokenEndpoint(n, "session.revoke", r, defaultMethod: "POST", upstreamNodes: &tokenUpstreamNodes, readsReply: false)
-            }
-            if let n = m["app_token"], let t = tokenEndpoint(n, "session.app_token", r, defaultMethod: "GET", upstreamNodes: &tokenUpstreamNodes) {
-                session.appToken = t
-                for other in ["capture", "refresh"] where m[other] != nil {
-                    r.fail("session.app_token", n, "app_token cannot be combined with session.\(other) (line \((m[other]?.mark?.line).map(String.init) ?? "?")): an app token replaces the user login")
-                }
-                if m["inject"] == nil { r.fail("session.app_token", n, "needs session.inject: where the app token goes in each request") }
-            }
-            if let n = m["refresh_on_status"], let list = r.intList(n, "session.refresh_on_status") {
-                for (i, status) in list.enumerated() where !(400...499).contains(status) {
-                    r.fail("session.refresh_on_status[\(i)]", n, "expected a 4xx status, found \(status)")
-                }
-                session.refreshOnStatus = Set(list.filter { (400...499).contains($0) })
-            }
-            if let n = m["refresh_ahead"], let d = r.duration(n, "session.refresh_ahead") { session.refreshAhead = d }
-            if let n = m["max_refreshes"], let lm = r.mapping(n, "session.max_refreshes", allowed: ["count", "within"]) {
-                if let v = lm["count"], let c = r.int(v, "session.max_refreshes.count", range: 1...1000) { session.maxRefreshes.count = c }
-                if let v = lm["within"], let d = r.duration(v, "session.max_refreshes.within") {
-                    if d > .zero { session.maxRefreshes.within = d } else { r.fail("session.max_refreshes.within", v, "must be greater than 0") }
-                }
-            }
-            if let n = m["not_logged_in"], let c = cannedReply(n, "session.not_logged_in", r) { session.notLoggedIn = c }
-        }
-        for check in tokenUpstreamNodes where !upstreamNames.contains(check.name) {
-            r.fail(check.path, check.node, "names no upstream: '\(check.name)' (known: \(upstreamNames.sorted().joined(separator: ", ")))")
-        }
-        return (session, captureNode)
-    }
-
-    /// `session.inject`: where the access token goes in each request.
-    static func injectPoints(_ node: Node, _ r: YAMLReader) -> [InjectionPoint] {
-        var points: [InjectionPoint] = []
-        guard let items = r.sequence(node, "session.inject") else { return points }
-        for (i, item) in items.enumerated() {
-            let path = "session.inject[\(i)]"
-            guard let im = r.mapping(item, path, allowed: ["query", "header", "format", "body"]) else { continue }
-            let places = ["query", "header", "body"].filter { im[$0] != nil }
-            guard places.count == 1 else {
-                r.fail(path, item, "give exactly one of query, header or body")
-                continue
-            }
-            if let q = im["query"], let s = r.nonEmptyString(q, "\(path).query") {
-                points.append(.query(name: s))
-            } else if let h = im["header"], let s = r.nonEmptyString(h, "\(path).header") {
-                if !HTTPFieldSyntax.isToken(s) { r.fail("\(path).header", h, "invalid header name '\(HTTPFieldSyntax.printable(s))' (must be an RFC 9110 token)") }
-                var format = "{access_token}"
-                if let f = im["format"], let fs = r.nonEmptyString(f, "\(path).format") {
-                    if !fs.contains("{access_token}") { r.fail("\(path).format", f, "must contain {access_token}") }
-                    if !HTTPFieldSyntax.isFieldValue(fs) { r.fail("\(path).format", f, "not a valid header value (control characters or surrounding white space)") }
-                    format = fs
-                }
-                points.append(.header(name: s, format: format))
-            } else if let b = im["body"], let s = r.nonEmptyString(b, "\(path).body") {
-                points.append(.body(field: s))
-            }
-            if im["format"] != nil, im["header"] == nil { r.fail("\(path).format", im["format"], "format applies to header injection only") }
-        }
-        return points
     }
 
     /// A list of business codes: integers or strings; numeric strings count as integers.

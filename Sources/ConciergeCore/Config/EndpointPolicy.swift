@@ -3,7 +3,7 @@ import Foundation
 /// One `endpoints[]` entry: how Concierge treats requests that match it.
 public struct EndpointPolicy: Sendable {
     public enum Login: String, Sendable { case required, optional, none }
-    public enum Scope: String, Sendable { case user, shared }
+    public enum Scope: String, Sendable { case user, shared, session }
     public enum ExpectedType: String, Sendable, CaseIterable {
         case object, array, string, number, bool, null, present
     }
@@ -65,6 +65,7 @@ public struct EndpointPolicy: Sendable {
         var unwrap: String?
         var sign: Signing
         var scopeIsExplicit: Bool = false
+        var session: String? = nil
     }
 
     private var storage: Storage
@@ -129,6 +130,13 @@ public struct EndpointPolicy: Sendable {
     public var sign: Signing {
         get { storage.fields.sign }
         set { update { $0.sign = newValue } }
+    }
+
+    /// The session this endpoint always uses (`endpoints[].session`); `nil`: chosen per
+    /// request (the listener's, the `Concierge-Session-Name` header, or `default`).
+    public var session: String? {
+        get { storage.fields.session }
+        set { update { $0.session = newValue } }
     }
 
     /// Whether `cache.scope` was written in the file (otherwise chosen from `login`).

@@ -56,17 +56,18 @@ extension ConciergeConfig {
         }
     }
 
-    /// The names of the configured sessions: what `listen.proxy[].session` may name.
-    public var sessionNames: Set<String> { ["default"] }
+    /// The names of the configured sessions: what `listen.proxy[].session` may name
+    /// (`default` always: without `session:` it is the session that injects nothing).
+    public var knownSessionNames: Set<String> { Set(sessionNames).union(["default"]) }
 
     /// A session's `clients`, `nil` when anyone may use it (or there is no such session).
     public func sessionClients(named name: String) -> SessionClients? {
-        name == "default" ? session.clients : nil
+        sessions[name]?.clients ?? (name == "default" ? session.clients : nil)
     }
 
     /// Some session has `clients`: requests on the proxy listener are checked
     /// (``SessionAccess``); without any, the check costs nothing.
-    public var hasSessionClients: Bool { sessionNames.contains { sessionClients(named: $0) != nil } }
+    public var hasSessionClients: Bool { knownSessionNames.contains { sessionClients(named: $0) != nil } }
 }
 
 /// The check of `clients`: one function for every request that uses a session.
@@ -76,19 +77,15 @@ public enum SessionAccess {
     /// session captures. Others (pass-through, `login: none`) are never refused.
     public static func usesSession(_ endpoint: EndpointPolicy, _ config: ConciergeConfig) -> Bool {
         endpoint.login != .none || config.session.capture?.endpoint == endpoint.name
-    }
-
-    /// The session a request on a listener uses: the listener's, else `default`.
-    public static func sessionName(listenerSession: String?) -> String {
-        listenerSession ?? "default"
+            || config.sessions.values.contains { $0.capture?.endpoint == endpoint.name }
     }
 
     /// The session the request may not use, or `nil` when it may go on: refused when the
     /// endpoint uses a session with `clients` that do not admit the peer (`nil` peer: TCP).
+    /// - Parameter name: the session the request selected (docs/sessions.md).
     public static func refusedSession(_ endpoint: EndpointPolicy, config: ConciergeConfig, peer: PeerCredentials?,
-                                      listenerSession: String?) -> String? {
+                                      session name: String) -> String? {
         guard usesSession(endpoint, config) else { return nil }
-        let name = sessionName(listenerSession: listenerSession)
         guard let clients = config.sessionClients(named: name), !clients.admits(peer) else { return nil }
         return name
     }

@@ -12,6 +12,9 @@ final class YAMLReader {
     /// as met while reading: the loader's own key list (``ConfigLoader/schemaKeys(yaml:)``).
     private(set) var allowedKeys: [String: Set<String>] = [:]
     let environment: [String: String]
+    /// While a named session is read: its path (`sessions.shop`) and the schema path its keys
+    /// are listed under (`session`), so every session shares one key list.
+    var schemaAlias: (path: String, schema: String)?
 
     init(environment: [String: String]) {
         self.environment = environment
@@ -30,6 +33,11 @@ final class YAMLReader {
         path.replacing(/\[[0-9]+\]/, with: "[]")
     }
 
+    private func aliased(_ schemaPath: String) -> String {
+        guard let alias = schemaAlias, schemaPath == alias.path || schemaPath.hasPrefix(alias.path + ".") else { return schemaPath }
+        return alias.schema + schemaPath.dropFirst(alias.path.count)
+    }
+
     static func isNull(_ node: Node) -> Bool {
         guard case .scalar(let scalar) = node, scalar.style == .plain || scalar.style == .any else { return false }
         return ["", "~", "null", "Null", "NULL"].contains(scalar.string)
@@ -39,7 +47,7 @@ final class YAMLReader {
     /// - Parameter schemaPath: where the keys are listed in ``allowedKeys`` when `path` holds a
     ///   free-form name (`upstreams.<name>`); by default `path` with list indexes dropped.
     func mapping(_ node: Node, _ path: String, allowed: [String], schemaPath: String? = nil) -> [String: Node]? {
-        declareKeys(schemaPath ?? Self.schemaPath(path), allowed)
+        declareKeys(schemaPath ?? aliased(Self.schemaPath(path)), allowed)
         guard case .mapping(let mapping) = node else {
             fail(path, node, "expected a mapping, found \(Self.kind(node))")
             return nil

@@ -154,11 +154,17 @@ public enum CacheScope: Sendable, Equatable {
     ///     Concierge does not replace): a reply to it may be that client's alone, so it is
     ///     neither served from nor stored into a shared entry, as a shared cache must not
     ///     (RFC 9111 §3.5), unless the endpoint says `scope: shared`.
+    ///   - sessionName: the session the request uses; `scope: session` keys by it.
+    ///   - identity: what keys of that session carry besides the user (``SessionSlot/cacheIdentity``):
+    ///     `nil` for `default`, whose keys are those of a daemon with one session.
     public static func of(_ endpoint: EndpointPolicy, injects: Bool, appToken: Bool, session: SessionTokens?,
+                          sessionName: String = "default", identity: String? = nil,
                           clientToken: Bool, clientCredentials: Bool = false) -> CacheScope {
         if endpoint.cache.scope == .shared, endpoint.scopeIsExplicit { return .shared }
-        if appToken, injects { return clientCredentials ? .notStorable : .shared }
-        if let session, injects { return .user(session.cacheUser) }
+        let sessionScoped = endpoint.cache.scope == .session || appToken && identity != nil
+        if appToken, injects { return clientCredentials ? .notStorable : sessionScoped ? .user("@" + sessionName) : .shared }
+        if endpoint.cache.scope == .session, injects { return clientCredentials ? .notStorable : .user("@" + sessionName) }
+        if let session, injects { return .user(identity.map { "\($0)/\(session.cacheUser)" } ?? session.cacheUser) }
         if clientToken || clientCredentials || endpoint.cache.scope == .user { return .notStorable }
         return .shared
     }

@@ -31,6 +31,8 @@ public struct PreparedRequest: Sendable {
         /// The client's target as received (path and query).
         var receivedTarget: String
         var clientAddress: String?
+        /// The live session (or `per_client` instance) this request uses.
+        var sessionSlot: (any SessionSlot)? = nil
     }
 
     /// The fields' box. `@unchecked Sendable`: its one mutable property is written only
@@ -104,6 +106,8 @@ public struct PreparedRequest: Sendable {
         _read { yield storage.fields.clientAddress }
         _modify { unique(); yield &storage.fields.clientAddress }
     }
+    /// The live session (or `per_client` instance) this request uses; `nil`: `default`'s.
+    public var sessionSlot: (any SessionSlot)? { storage.fields.sessionSlot }
 
     /// What preparing a request leads to.
     public enum Outcome: Sendable {
@@ -131,15 +135,34 @@ public struct PreparedRequest: Sendable {
     /// arrives (it also says whether the body is streamed), and used for the whole request.
     /// A class: a route travels with its request (the head's memo, the incoming request, the
     /// hit memo), and a copy is then one retain.
+    ///
+    /// The session is chosen here too, before the cache key: the endpoint's `session`, else
+    /// the listener's; then ``config`` is that session's view. Otherwise, with
+    /// `listen.session_header`, the request chooses it (``selectsByHeader``), else it is `default`.
     public final class Route: Sendable {
+        /// The configuration, as the view of the session chosen at routing.
         public let config: RuntimeConfig
         public let environment: String
         public let endpoint: EndpointPolicy
+        /// The request's `Concierge-Session-Name` chooses the session (``init(_:session:)``).
+        public let selectsByHeader: Bool
 
-        public init(method: String, target: String, config: RuntimeConfig, environment: String) {
+        public init(method: String, target: String, config: RuntimeConfig, environment: String, listenerSession: String? = nil) {
             let path = target.utf8.firstIndex(of: UInt8(ascii: "?")).map { String(target[..<$0]) } ?? target
-            (self.config, self.environment) = (config, environment)
             endpoint = config.router.route(method: method, path: path)
+            self.environment = environment
+            if let named = endpoint.session ?? listenerSession {
+                self.config = config.view(forSession: named) ?? config
+                selectsByHeader = false
+            } else {
+                self.config = config
+                selectsByHeader = config.settings.listen.sessionHeader
+            }
+        }
+
+        /// `route` under the session `view` a request chose.
+        public init(_ route: Route, session view: RuntimeConfig) {
+            (config, environment, endpoint, selectsByHeader) = (view, route.environment, route.endpoint, false)
         }
 
         /// Buffered endpoints (envelope or cacheable) read the body; others stream it through.
@@ -147,8 +170,12 @@ public struct PreparedRequest: Sendable {
     }
 
     /// Runs the pure steps on a routed request.
-    /// - Parameter session: the stored session (one of the other kind is ignored).
-    public static func prepare(_ received: Received, route: Route, session stored: SessionTokens?) -> Outcome {
+    /// - Parameters:
+    ///   - session: the stored session (one of the other kind is ignored).
+    ///   - slot: the live session it comes from (`nil`: the route's), whose identity is part of
+    ///     user- and session-scoped keys.
+    public static func prepare(_ received: Received, route: Route, session stored: SessionTokens?,
+                               slot: (any SessionSlot)? = nil) -> Outcome {
         let (rc, environment, endpoint) = (route.config, route.environment, route.endpoint)
         // `rc.settings` is read in place: a local copy of the configuration retains and
         // releases every reference it holds (about 2k instructions a request).
@@ -168,12 +195,14 @@ public struct PreparedRequest: Sendable {
         var prepared = PreparedRequest(Fields(request: request, endpoint: endpoint, config: rc, upstream: upstream,
                                        token: injects ? session?.accessToken : nil, injects: injects, hashedCacheKey: nil,
                                        scope: .notStorable, bypass: bypasses(received.headers),
-                                       originalHeaders: received.headers, receivedTarget: target, clientAddress: received.clientAddress))
+                                       originalHeaders: received.headers, receivedTarget: target, clientAddress: received.clientAddress,
+                                       sessionSlot: slot ?? rc.sessionSlot))
         if endpoint.isCacheable, received.body != nil {
             // With `mode: http` the reply decides whether a reply to the client's own
             // `Authorization` is shared (RFC 9111 §3.5: `HTTPCaching.sharesAuthorizedReplies`).
             let authorizationReplaced = injects && rc.injector.replacesAuthorization || endpoint.httpCaching
             prepared.scope = CacheScope.of(endpoint, injects: injects, appToken: appToken, session: session,
+                                           sessionName: rc.sessionName, identity: (slot ?? rc.sessionSlot)?.cacheIdentity,
                                            clientToken: !injects && rc.injector.carriesToken(request),
                                            clientCredentials: CacheScope.carriesClientCredentials(received.headers,
                                                                                                  authorizationReplaced: authorizationReplaced))

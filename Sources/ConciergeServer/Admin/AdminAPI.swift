@@ -29,6 +29,7 @@ struct AdminAPI: Sendable {
         router.get("/session") { _, _ in json(control.sessionDescription()) }
         router.put("/session") { request, _ in try await setSession(request) }
         router.delete("/session") { _, _ in await logOut() }
+        addSessionRoutes(router)
         router.get("/environment") { _, _ in environment() }
         router.put("/environment") { request, _ in try await switchEnvironment(request) }
         router.post("/reload") { _, _ in await reload() }
@@ -72,7 +73,7 @@ struct AdminAPI: Sendable {
         case let other?: return error(.badRequest, "wait must be 'fleet', not '\(other)'")
         }
         let body = try await readJSON(request)
-        let usage = "give exactly one of {\"pattern\": REGEX}, {\"endpoint\": NAME}, {\"tags\": [TAG, ...]} or {\"all\": true}, and optionally \"soft\": true"
+        let usage = "give exactly one of {\"pattern\": REGEX}, {\"endpoint\": NAME}, {\"tags\": [TAG, ...]}, {\"session\": NAME} or {\"all\": true}, and optionally \"soft\": true"
         guard case .object(var fields) = body else { return error(.badRequest, usage) }
         var soft = false
         if let flag = fields.removeValue(forKey: "soft") {
@@ -100,9 +101,11 @@ struct AdminAPI: Sendable {
             }
             criteria = .endpoints([endpoint], scope: .everyone)
             by = "endpoint"
+        } else if case .string(let name)? = fields["session"] {
+            guard let selector = sessionSelector(name) else { return error(.notFound, "no session named '\(name)'") }
+            (pattern, criteria, by) = (selector.pattern, .pattern(selector.source), "session")
         } else if case .bool(true)? = fields["all"] {
-            criteria = .all
-            by = "all"
+            (criteria, by) = (.all, "all")
         } else {
             return error(.badRequest, usage)
         }

@@ -21,6 +21,8 @@ struct AdminControl: Sendable {
     let reload: @Sendable () async -> ConciergeDaemon.ReloadResult
     /// The upstreams failing now (the status page).
     var downUpstreams: @Sendable () -> [String] = { [] }
+    /// Every live session (`/sessions`); `nil` in tests of `default` alone.
+    var sessions: SessionRegistry? = nil
 
     var cache: CacheStore { lifecycle.cache }
     var stats: ProxyStats { lifecycle.stats }

@@ -15,6 +15,18 @@ enum AdminOpenAPI {
     /// The upper-case methods the document declares for each path.
     static let methodsByPath: [String: [String]] = declaredMethods(in: String(decoding: document, as: UTF8.self))
 
+    /// The methods declared for `path`: its own entry, else the first templated one it fits
+    /// (`/sessions/{name}`: a `{…}` segment matches any one segment).
+    static func declaredMethods(of path: String) -> [String]? {
+        if let methods = methodsByPath[path] { return methods }
+        let segments = path.split(separator: "/", omittingEmptySubsequences: false)
+        return methodsByPath.first { template, _ in
+            let parts = template.split(separator: "/", omittingEmptySubsequences: false)
+            return template.contains("{") && parts.count == segments.count
+                && zip(parts, segments).allSatisfy { $0.hasPrefix("{") && !$1.isEmpty || $0 == $1 }
+        }?.value
+    }
+
     /// Reads `paths:` of a document laid out as `docs/openapi.yaml` is: a path at indent 2,
     /// its operations at indent 4.
     static func declaredMethods(in text: String) -> [String: [String]] {
@@ -46,7 +58,7 @@ struct AdminMethodMiddleware<Context: RequestContext>: RouterMiddleware {
         do {
             return try await next(request, context)
         } catch let error as HTTPError where error.status == .notFound {
-            guard let declared = AdminOpenAPI.methodsByPath[request.uri.path], !declared.isEmpty else { throw error }
+            guard let declared = AdminOpenAPI.declaredMethods(of: request.uri.path), !declared.isEmpty else { throw error }
             let allowed = declared.contains("GET") && !declared.contains("HEAD") ? declared + ["HEAD"] : declared
             let body = #"{"error":"method \#(request.method.rawValue) not allowed on \#(request.uri.path) (allowed: \#(allowed.joined(separator: ", ")))"}"#
             return Response(status: .methodNotAllowed, headers: [.contentType: "application/json", .allow: allowed.joined(separator: ", ")],

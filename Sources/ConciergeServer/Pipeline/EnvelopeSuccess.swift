@@ -53,7 +53,8 @@ struct EnvelopeSuccess: Sendable {
         var storedBody = pending.response.body
         let p = pending.p
         if let capture = pending.capture, let json = pending.json {
-            await lifecycle.login(pending.captured, from: json, capture: capture, limit: p.config.settings.session.maxRefreshes)
+            await (p.sessionUnit?.lifecycle ?? lifecycle).login(pending.captured, from: json, capture: capture,
+                                                                limit: p.config.settings.session.maxRefreshes)
             if capture.redact {
                 // The client never holds the captured tokens (token-handler pattern).
                 var redacted = json.removing(path: capture.accessToken)
@@ -62,7 +63,7 @@ struct EnvelopeSuccess: Sendable {
                 answer.reply.body = .buffer(storedBody)
             }
         }
-        if !p.endpoint.invalidates.isEmpty { await invalidate(for: p.endpoint) }
+        if !p.endpoint.invalidates.isEmpty { await invalidate(for: p.endpoint, session: p.sessionUnit?.lifecycle ?? lifecycle) }
         return Self.completed(answer, storedBody: storedBody, response: pending.response, p)
     }
 
@@ -78,8 +79,8 @@ struct EnvelopeSuccess: Sendable {
     }
 
     /// A write endpoint's `invalidates`: shared entries and the current user's.
-    nonisolated(nonsending) private func invalidate(for endpoint: EndpointPolicy) async {
-        let user = lifecycle.session.current?.cacheUser
+    nonisolated(nonsending) private func invalidate(for endpoint: EndpointPolicy, session: SessionLifecycle) async {
+        let user = session.session.current.map(session.cacheUser)
         let scope: InvalidationCriteria.EndpointScope = user.map { .sharedAnd($0) } ?? .sharedOnly
         let criteria = InvalidationCriteria.endpoints(endpoint.invalidates, scope: scope)
         let removed = (try? await lifecycle.cache.invalidate(criteria)) ?? 0

@@ -8,7 +8,7 @@ extension ProxyPipeline {
     func accessRefusal(_ incoming: IncomingRequest, route: PreparedRequest.Route) -> ProxyAnswer? {
         let identity = incoming.identity
         guard let name = SessionAccess.refusedSession(route.endpoint, config: route.config.settings, peer: identity.peer,
-                                                      listenerSession: identity.listenerSession) else { return nil }
+                                                      session: route.config.sessionName) else { return nil }
         return ProxyAnswer(LocalReplies.sessionNotAllowed(name), RequestReport(endpoint: route.endpoint.name))
     }
 }

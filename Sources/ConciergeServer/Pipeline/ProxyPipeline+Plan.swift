@@ -16,12 +16,15 @@ extension ProxyPipeline {
     /// - Parameter encoded: the caller can write a hit as ready HTTP/1.1 bytes (a keep-alive
     ///   HTTP/1.1 `GET`).
     func plan(_ incoming: IncomingRequest, encoded: Bool = false, onLoop: Bool = true) -> RequestPlan {
-        let route = incoming.route ?? runtime.route(method: incoming.method, target: incoming.target)
-        // Before the hit memo, which answers without preparing.
-        if onLoop, route.config.accessControlled, let refused = accessRefusal(incoming, route: route) { return .answer(refused) }
-        let session = self.session.current
+        // The session (and who may use it) before the hit memo, which answers without preparing.
+        let choice: SessionChoice
+        switch selectSession(incoming, route: incoming.route ?? runtime.route(method: incoming.method, target: incoming.target)) {
+        case .answer(let answer): return .answer(answer)
+        case .chosen(let chosen): choice = chosen
+        }
+        let (route, session) = (choice.route, choice.tokens)
         guard onLoop else {
-            return RequestPlan.decide(prepare(incoming, route: route, session: session), hotTier: { _ in .notAsked },
+            return RequestPlan.decide(prepare(incoming, choice), hotTier: { _ in .notAsked },
                                       loopMiss: { _, _ in nil }, hit: { _, p, key in .task(.awaitedMiss(p, key: key.text)) })
         }
         let memo = encoded ? hitMemos.current : nil
@@ -30,7 +33,7 @@ extension ProxyPipeline {
             return .encodedHit(hit, recipe: recipe)
         }
         let cache = self.cache
-        return RequestPlan.decide(prepare(incoming, route: route, session: session), hotTier: { key in
+        return RequestPlan.decide(prepare(incoming, choice), hotTier: { key in
             // `mode: http` reads the request's directives and `Vary` first: the plan never asks for it.
             guard let entry = cache.hotLookup(key, now: now) else { return .absent }
             return entry.isFresh(at: now) ? .fresh(entry) : .notFresh

@@ -39,9 +39,14 @@ public final class ProxyPipeline: Sendable {
     let revalidation: RevalidationService
     /// The fleet's shared cache, with `fleet.shared_cache: true`.
     let shared: FleetSharedCache?
+    /// The live sessions (`per_client` instances are found through it); `nil` in unit tests
+    /// that run `default` alone.
+    let sessions: SessionRegistry?
 
-    init(runtime: Runtime, cache: CacheStore, exchange: UpstreamExchange, revalidation: RevalidationService, shared: FleetSharedCache? = nil) {
+    init(runtime: Runtime, cache: CacheStore, exchange: UpstreamExchange, revalidation: RevalidationService, shared: FleetSharedCache? = nil,
+         sessions: SessionRegistry? = nil) {
         (self.runtime, self.cache, self.exchange, self.revalidation, self.shared) = (runtime, cache, exchange, revalidation, shared)
+        self.sessions = sessions
         (session, events) = (exchange.lifecycle.session, exchange.lifecycle.events)
     }
 
@@ -52,16 +57,19 @@ public final class ProxyPipeline: Sendable {
     }
 
     func prepare(_ incoming: IncomingRequest) -> Preparation {
-        prepare(incoming, route: incoming.route ?? runtime.route(method: incoming.method, target: incoming.target), session: session.current)
+        switch selectSession(incoming, route: incoming.route ?? runtime.route(method: incoming.method, target: incoming.target)) {
+        case .answer(let answer): return .answer(answer)
+        case .chosen(let choice): return prepare(incoming, choice)
+        }
     }
 
-    func prepare(_ incoming: IncomingRequest, route: PreparedRequest.Route, session: SessionTokens?) -> Preparation {
-        if route.config.accessControlled, let refused = accessRefusal(incoming, route: route) { return .answer(refused) }
+    func prepare(_ incoming: IncomingRequest, _ choice: SessionChoice) -> Preparation {
         var buffered: ByteBuffer? = nil
         if case .buffered(let body) = incoming.body { buffered = body }
         let received = PreparedRequest.Received(method: incoming.method, target: incoming.target, headers: incoming.headers,
                                                 body: buffered, clientAddress: incoming.clientAddress)
-        switch PreparedRequest.prepare(received, route: route, session: session) {
+        let route = choice.route
+        switch PreparedRequest.prepare(received, route: route, session: choice.tokens, slot: choice.slot) {
         case .ready(let prepared):
             return .ready(prepared, streamedBody: buffered == nil ? incoming.body : nil)
         case .notLoggedIn(let endpoint):

@@ -8,7 +8,8 @@ extension UpstreamExchange {
     func forwardStreamed(_ p: PreparedRequest, body: IncomingRequest.Body?) async -> ProxyAnswer {
         var attempt = Attempt(token: p.token)
         if p.injects {
-            switch await TokenBeforeSending.decide(p, refresher: refresher, session: lifecycle.session.current) {
+            let (refresher, state) = (p.sessionUnit?.refresher ?? self.refresher, p.sessionUnit?.state ?? self.lifecycle.session)
+            switch await TokenBeforeSending.decide(p, refresher: refresher, session: state.current) {
             case .send(let token): attempt.token = token
             case .answer(let reply, let code): return attempt.answer(reply, p, code: code)
             }

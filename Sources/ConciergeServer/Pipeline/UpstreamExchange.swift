@@ -82,7 +82,8 @@ struct UpstreamExchange: Sendable {
     nonisolated(nonsending) func run(_ p: PreparedRequest) async -> Result {
         var attempt = Attempt(token: p.token)
         if p.injects {
-            switch await TokenBeforeSending.decide(p, refresher: refresher, session: lifecycle.session.current) {
+            let (refresher, state) = (p.sessionUnit?.refresher ?? self.refresher, p.sessionUnit?.state ?? self.lifecycle.session)
+            switch await TokenBeforeSending.decide(p, refresher: refresher, session: state.current) {
             case .send(let token): attempt.token = token
             case .answer(let reply, let code): return .failure(attempt.answer(reply, p, code: code))
             }
@@ -141,7 +142,8 @@ struct UpstreamExchange: Sendable {
     /// when it does (the exchange then runs as ``run(_:)``).
     func firstAttemptWithoutWaiting(_ p: PreparedRequest) -> Attempt? {
         guard p.injects else { return Attempt(token: p.token) }
-        guard let token = TokenBeforeSending.withoutWaiting(p, refresher: refresher, session: lifecycle.session.current) else { return nil }
+        let (refresher, state) = (p.sessionUnit?.refresher ?? self.refresher, p.sessionUnit?.state ?? self.lifecycle.session)
+        guard let token = TokenBeforeSending.withoutWaiting(p, refresher: refresher, session: state.current) else { return nil }
         return Attempt(token: token)
     }
 
@@ -196,7 +198,7 @@ struct UpstreamExchange: Sendable {
         case .renew(let stale, let upstreamAnswer):
             return await renew(p, replacing: stale, attempt, upstreamAnswer: upstreamAnswer)
         case .logout(let reason, let upstreamAnswer):
-            await lifecycle.logout(ifAccessToken: attempt.token, reason: reason)
+            await (p.sessionUnit?.lifecycle ?? lifecycle).logout(ifAccessToken: attempt.token, reason: reason)
             return .done(.failure(upstreamAnswer))
         case .warn(let code, let actions, let json, let upstreamAnswer):
             await warn(code: code, actions: actions, json: json, p, token: attempt.token)
@@ -328,7 +330,7 @@ struct UpstreamExchange: Sendable {
             logger.warning("token still expired after the last replay", metadata: ["endpoint": "\(p.endpoint.name)", "replays": "\(attempt.replays)"])
             return .done(.failure(upstreamAnswer))
         }
-        let outcome = await refresher.freshToken(replacing: stale)
+        let outcome = await (p.sessionUnit?.refresher ?? refresher).freshToken(replacing: stale)
         switch outcome {
         case .refreshed(let fresh):
             return .replay(fresh)
@@ -346,8 +348,10 @@ struct UpstreamExchange: Sendable {
         if actions.contains(.log) {
             logger.warning("warning code from upstream", metadata: ["code": "\(code)", "endpoint": "\(p.endpoint.name)", "msg": "\(message)"])
         }
+        let lifecycle = p.sessionUnit?.lifecycle ?? self.lifecycle
         if actions.contains(.event) {
-            lifecycle.events.publish("warning", ["code": .int(Int64(code)), "endpoint": .string(p.endpoint.name), "msg": .string(message)])
+            lifecycle.events.publish("warning", lifecycle.eventData(["code": .int(Int64(code)), "endpoint": .string(p.endpoint.name),
+                                                                     "msg": .string(message)]))
         }
         if actions.contains(.logout) {
             await lifecycle.logout(ifAccessToken: token, reason: .int(Int64(code)))

@@ -9,7 +9,10 @@ import NIOHTTP1
 enum UpstreamRequestBuilder {
     /// Headers of the client's request never forwarded as they were (`X-Forwarded-For` and
     /// `Via` go up extended).
-    private static let replaced = ["host", "content-length", "x-concierge-cache", "expect", "x-forwarded-for", "via"]
+    /// The headers that choose a session (`Concierge-Session-Name`, the default
+    /// `per_client.header`) never reach the upstream either.
+    private static let replaced = ["host", "content-length", "x-concierge-cache", "expect", "x-forwarded-for", "via",
+                                   "concierge-session-name", "concierge-session"]
 
     /// ``replaced``, with ``UnkeyedRequestFields`` too where a reply may be stored: on a cached
     /// endpoint (in `mode: http` for `GET` and `HEAD`, the methods it stores), but those the
@@ -17,6 +20,13 @@ enum UpstreamRequestBuilder {
     private static let replacedOnCached = replaced + UnkeyedRequestFields.names
 
     private static func droppedFields(_ p: PreparedRequest) -> [String] {
+        if let header = p.config.settings.session.perClient?.header, !ASCIICase.equals(header, lowercase: "concierge-session") {
+            return droppedKnownFields(p) + [header.lowercased()]
+        }
+        return droppedKnownFields(p)
+    }
+
+    private static func droppedKnownFields(_ p: PreparedRequest) -> [String] {
         let endpoint = p.endpoint
         guard endpoint.isCacheable, !endpoint.httpCaching || p.request.method == "GET" || p.request.method == "HEAD" else { return replaced }
         let keyed = endpoint.cache.keyHeaders

@@ -31,7 +31,8 @@ struct ScanStopService: Service {
     }
 }
 
-/// Every 30 s: deletes expired and old-version entries, updates gauges and `STATUS=`.
+/// Every 30 s: deletes expired and old-version entries, logs out `per_client` instances idle
+/// longer than `per_client.idle`, updates gauges and `STATUS=`.
 struct SweeperService: Service {
     let daemon: ConciergeDaemon
 
@@ -43,6 +44,7 @@ struct SweeperService: Service {
                 try await Task.sleep(for: .seconds(30))
                 let removed = await daemon.cache.sweep(currentVersions: daemon.runtime.current.cacheVersions)
                 if removed > 0 { daemon.logger.info("sweeper removed stale entries", metadata: ["removed": "\(removed)"]) }
+                await daemon.sessions.sweepIdle(now: daemon.lifecycle.clock.date)
                 daemon.refreshCacheGauges()
                 daemon.notifier.notify("STATUS=\(daemon.statusLine())")
             }
@@ -62,7 +64,7 @@ struct StorageRecoveryService: Service {
             while !Task.isCancelled {
                 try await Task.sleep(for: .seconds(5))
                 guard daemon.storageDegraded else { continue }
-                if await daemon.cache.probe() { await daemon.session.persistPending() }
+                if await daemon.cache.probe() { for unit in daemon.sessions.all { await unit.state.persistPending() } }
                 daemon.refreshCacheGauges()
             }
         }

@@ -26,8 +26,10 @@ public final class ConciergeDaemon: Sendable {
     /// Buffered exchanges through Concierge's own connection pool, streamed ones through `client`.
     public let transport: PooledUpstreamTransport
     public let pipeline: ProxyPipeline
-    /// The one owner of session side effects (login, renewal, logout).
+    /// The one owner of session side effects (login, renewal, logout) of `default`.
     let lifecycle: SessionLifecycle
+    /// Every live session by name, and the instances of `per_client` ones.
+    let sessions: SessionRegistry
     /// Revokes the tokens of a logout at the provider (`session.revoke`).
     let revocation: TokenRevocation
     public let configPath: String?
@@ -79,16 +81,20 @@ public final class ConciergeDaemon: Sendable {
             lifecycle.fleetInvalidations = FleetInvalidations(stats: stats, database: fleet.database, local: FleetLocalStore(database: database, fleet: fleet.config.name),
                                                               cache: cache, config: fleet.config, logger: logger)
         }
-        self.lifecycle = lifecycle
-        pipeline = Self.makePipeline(runtime: runtime, cache: cache, lifecycle: lifecycle, transport: transport, logger: logger)
+        sessions = try SessionRegistry(parts: .init(database: database, cache: cache, transport: transport, runtime: runtime, logger: logger),
+                                       base: lifecycle, perClientDefault: config.session.perClient)
+        self.lifecycle = sessions.defaultUnit.lifecycle
+        let registry = sessions
+        runtime.bind { name, settings in registry.bind(name, settings) }
+        pipeline = Self.makePipeline(runtime: runtime, sessions: sessions, transport: transport, logger: logger)
         hooks = HookDispatcher(runtime: runtime, client: client, logger: logger)
         let hooks = self.hooks
         events.addObserver { hooks.deliver($0) }
         requestLogger = makeLogger("concierge.request")
         let runtime = self.runtime
-        let session = self.session
+        let sessions = self.sessions
         scrubber.addSource { runtime.current.settings.secretValues }
-        scrubber.addSource { session.secretsForLogs }
+        scrubber.addSource { sessions.secretsForLogs }
         if let password = config.fleet?.postgres.password, !password.isEmpty { scrubber.addSource { [password] } }
     }
 
@@ -114,11 +120,10 @@ public final class ConciergeDaemon: Sendable {
     let adminToken: String?
 
     /// The request path's stages, each given only what it needs.
-    static func makePipeline(runtime: Runtime, cache: CacheStore, lifecycle: SessionLifecycle, transport: any UpstreamTransport,
+    static func makePipeline(runtime: Runtime, sessions: SessionRegistry, transport: any UpstreamTransport,
                              logger: Logger) -> ProxyPipeline {
-        let (session, stats, events) = (lifecycle.session, lifecycle.stats, lifecycle.events)
-        let refresher = TokenRefresher(session: session, transport: transport, runtime: runtime, stats: stats, events: events,
-                                       lifecycle: lifecycle, logger: logger)
+        let (lifecycle, refresher, cache) = (sessions.defaultUnit.lifecycle, sessions.defaultUnit.refresher, sessions.parts.cache)
+        let (stats, events) = (lifecycle.stats, lifecycle.events)
         let health = UpstreamHealth(events: events)
         let exchange = UpstreamExchange(transport: transport, refresher: refresher, lifecycle: lifecycle,
                                         success: EnvelopeSuccess(lifecycle: lifecycle, stats: stats, logger: logger),
@@ -127,7 +132,8 @@ public final class ConciergeDaemon: Sendable {
         if let fleet = lifecycle.fleet, fleet.config.sharedCache, let invalidations = lifecycle.fleetInvalidations {
             shared = FleetSharedCache(fleet: fleet, invalidations: invalidations)
         }
-        return ProxyPipeline(runtime: runtime, cache: cache, exchange: exchange, revalidation: RevalidationService(), shared: shared)
+        return ProxyPipeline(runtime: runtime, cache: cache, exchange: exchange, revalidation: RevalidationService(), shared: shared,
+                             sessions: sessions)
     }
 
     static func level(_ level: ConciergeConfig.Log.Level) -> Logger.Level {
@@ -285,6 +291,7 @@ public final class ConciergeDaemon: Sendable {
                 notes.append("listen addresses change only on restart")
             }
             if config.storage.path != old.storage.path { notes.append("storage.path changes only on restart") }
+            await sessions.retire(keeping: config)
             runtime.replace(with: config)
             let message = "configuration reloaded from \(configPath)" + (notes.isEmpty ? "" : " (\(notes.joined(separator: "; ")))")
             logger.info("\(message)")
@@ -314,13 +321,14 @@ public final class ConciergeDaemon: Sendable {
     }
 
     /// Writes to SQLite are failing, or the live session is not saved yet.
-    var storageDegraded: Bool { database.health.isDegraded || session.hasUnsavedChange }
+    var storageDegraded: Bool { database.health.isDegraded || sessions.all.contains { $0.state.hasUnsavedChange } }
 
     /// The parts of the daemon the admin API reads and steers.
     var adminControl: AdminControl {
         AdminControl(runtime: runtime, lifecycle: lifecycle, logger: logger,
                      storageDegraded: { self.storageDegraded }, refreshGauges: { self.refreshCacheGauges() },
-                     reload: { await self.reload() }, downUpstreams: { self.pipeline.exchange.health.downUpstreams })
+                     reload: { await self.reload() }, downUpstreams: { self.pipeline.exchange.health.downUpstreams },
+                     sessions: sessions)
     }
 }
 

@@ -70,6 +70,8 @@ public final class ProxyStats: Sendable {
     }
 
     private let instruments = Mutex(Instruments())
+    /// Counters by session name (`session` label).
+    let sessions: SessionCounters
     private let entriesGauge: Gauge
     private let bytesGauge: Gauge
     private let storageDegradedGauge: Gauge
@@ -90,6 +92,7 @@ public final class ProxyStats: Sendable {
         storageDegradedGauge = registry.makeGauge(descriptor: .named("concierge_storage_degraded",
             "1 while SQLite writes fail (disk full, I/O error), else 0."))
         storageFailures = registry.makeCounter(descriptor: .named("concierge_storage_write_failures_total", "SQLite writes that failed."))
+        sessions = SessionCounters(registry: registry)
     }
 
     public func increment(_ counter: Counter, by amount: Int = 1) {

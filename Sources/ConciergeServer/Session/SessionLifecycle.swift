@@ -22,7 +22,8 @@ struct SessionLifecycle: Sendable {
     let stats: ProxyStats
     /// `session.login`, `session.refreshed`, `session.logout`.
     let events: EventBus
-    let logger: Logger
+    /// Carries `session` (and an instance's masked id) in every line.
+    var logger: Logger
     /// Revokes dropped tokens at the provider (`session.revoke`); `nil` in tests that need none.
     var revocation: TokenRevocation? = nil
     /// Warns once when tokens live shorter than the loop guard allows.
@@ -33,6 +34,25 @@ struct SessionLifecycle: Sendable {
     var fleet: FleetSession? = nil
     /// The fleet's invalidation stream, which every invalidation made here joins (`fleet:`).
     var fleetInvalidations: FleetInvalidations? = nil
+    /// The session's name (an instance's is its session's): in its events, log lines and
+    /// the revocation it asks for.
+    var name = "default"
+    /// What its user-scoped keys carry besides the user (``SessionSlot/cacheIdentity``).
+    var cacheIdentity: String? = nil
+    /// With `per_client`: the table counting live instances (this one's).
+    var instances: InstanceTable? = nil
+
+    /// The `user` of this session's user-scoped entries for `tokens`.
+    func cacheUser(_ tokens: SessionTokens) -> String {
+        cacheIdentity.map { "\($0)/\(tokens.cacheUser)" } ?? tokens.cacheUser
+    }
+
+    /// An event's data with the session's name.
+    func eventData(_ data: [String: JSONValue]) -> JSONValue {
+        var data = data
+        data["session"] = .string(name)
+        return .object(data)
+    }
 
     /// Stores the tokens a login reply carried (`session.capture`).
     func login(_ reply: TokenReply?, from json: JSONValue, capture: ConciergeConfig.Capture, limit: ConciergeConfig.RefreshLimit) async {
@@ -48,10 +68,12 @@ struct SessionLifecycle: Sendable {
         do {
             let replaced = session.current
             try await session.set(tokens)
+            if replaced == nil { instances?.started() }
             await fleet?.publish(tokens)
             revokeReplaced(replaced, by: tokens)
             logger.info("session captured", metadata: ["user": "\(tokens.userID ?? "-")", "access_token": "\(TokenMask.mask(access))"])
-            events.publish("session.login", ["user": tokens.userID.map(JSONValue.string) ?? .null])
+            events.publish("session.login", eventData(["user": tokens.userID.map(JSONValue.string) ?? .null]))
+            stats.sessions.increment(.logins, session: name)
         } catch {
             logger.error("could not store the session", metadata: ["error": "\(error)"])
         }
@@ -61,11 +83,12 @@ struct SessionLifecycle: Sendable {
     func login(byHand tokens: SessionTokens) async throws {
         let replaced = session.current
         try await session.set(tokens)
+        if replaced == nil { instances?.started() }
         await fleet?.publish(tokens)
         revokeReplaced(replaced, by: tokens)
         logger.info("session set by hand", metadata: ["user": "\(tokens.userID ?? "-")", "kind": "\(tokens.kind.rawValue)",
                                                       "access_token": "\(TokenMask.mask(tokens.accessToken))"])
-        events.publish("session.login", ["user": tokens.userID.map(JSONValue.string) ?? .null])
+        events.publish("session.login", eventData(["user": tokens.userID.map(JSONValue.string) ?? .null]))
     }
 
     /// Has the user tokens a login replaced revoked at the provider, unless the new session
@@ -74,7 +97,7 @@ struct SessionLifecycle: Sendable {
     private func revokeReplaced(_ replaced: SessionTokens?, by tokens: SessionTokens) {
         guard let replaced, replaced.kind == .user, replaced.accessToken != tokens.accessToken,
               replaced.refreshToken == nil || replaced.refreshToken != tokens.refreshToken else { return }
-        revocation?.revoke(replaced)
+        revocation?.revoke(replaced, session: name)
     }
 
     /// Stores renewed tokens unless the session changed since `generation` (a logout or a
@@ -89,7 +112,7 @@ struct SessionLifecycle: Sendable {
             let expiresIn = tokens.expiresAt.map { String(Int($0.timeIntervalSince(tokens.setAt))) } ?? "-"
             logger.info("app token fetched", metadata: ["expires_in": "\(expiresIn)"])
         }
-        events.publish("session.refreshed", ["user": tokens.userID.map(JSONValue.string) ?? .null, "kind": .string(tokens.kind.rawValue)])
+        events.publish("session.refreshed", eventData(["user": tokens.userID.map(JSONValue.string) ?? .null, "kind": .string(tokens.kind.rawValue)]))
         return true
     }
 
@@ -107,14 +130,16 @@ struct SessionLifecycle: Sendable {
         if let fleet, fleet.holdsRefusal(of: accessToken, reason: reason) { return nil }
         let reason = FleetSession.logoutReason(reason)
         guard let dropped = try? await session.clear(ifAccessToken: accessToken) else { return nil }
+        instances?.ended()
         if publishToFleet { await fleet?.publishLogout(ended: accessToken) }
         stats.increment(.logouts)
-        let removed = dropped.kind == .user ? ((try? await cache.invalidate(.user(dropped.cacheUser))) ?? 0) : 0
+        stats.sessions.increment(.logouts, session: name)
+        let removed = dropped.kind == .user ? ((try? await cache.invalidate(.user(cacheUser(dropped)))) ?? 0) : 0
         logger.info("session dropped", metadata: ["user": "\(dropped.userID ?? "-")", "reason": "\(reason.parameterText)",
                                                   "entries_removed": "\(removed)"])
-        events.publish("session.logout", ["user": dropped.userID.map(JSONValue.string) ?? .null, "reason": reason])
+        events.publish("session.logout", eventData(["user": dropped.userID.map(JSONValue.string) ?? .null, "reason": reason]))
         if publishToFleet, dropped.kind == .user, reason != .string(Self.refreshFailed), reason != .string(Self.refreshLost) {
-            revocation?.revoke(dropped)
+            revocation?.revoke(dropped, session: name)
         }
         return dropped
     }

@@ -81,7 +81,7 @@ public actor TokenRefresher {
     /// - Parameter expirySignal: the upstream refused `staleToken` (an expiry signal), rather
     ///   than the token nearing its known expiry (`refresh_ahead`).
     public func freshToken(replacing staleToken: String?, expirySignal: Bool = true) async -> Outcome {
-        let config = runtime.current.settings.session
+        let config = runtime.current.sessionSettings(lifecycle.name)
         let current = session.current.flatMap { $0.kind == config.kind ? $0 : nil }
         if let current, current.accessToken != staleToken { return .refreshed(current.accessToken) }
         if config.kind == .user, current == nil { return .loggedOut }
@@ -116,8 +116,8 @@ public actor TokenRefresher {
             throttling = true
             logger.warning("token calls throttled: the upstream keeps signalling expiry right after new tokens",
                            metadata: ["max_refreshes": "\(limit.count)", "within": "\(limit.within)"])
-            events.publish("session.refresh_throttled", ["count": .int(Int64(limit.count)),
-                                                         "within_seconds": .int(limit.within.components.seconds)])
+            events.publish("session.refresh_throttled", lifecycle.eventData(["count": .int(Int64(limit.count)),
+                                                                             "within_seconds": .int(limit.within.components.seconds)]))
         }
         return max(1, Self.seconds(oldest + limit.within - now))
     }
@@ -131,6 +131,7 @@ public actor TokenRefresher {
     private func refused(_ reason: String, _ failure: TokenRequestPacing.Failure, path: String, maxBackoff: Duration) -> Outcome {
         let now = clock.now
         stats.increment(.tokenRequestFailures)
+        stats.sessions.increment(.tokenRequestFailures, session: lifecycle.name)
         if failure == .credentialsRefused {
             let instant = ContinuousClock.now
             if lastCredentialsError.map({ instant - $0 >= .seconds(60) }) ?? true {
@@ -164,9 +165,9 @@ public actor TokenRefresher {
         guard let fleet = lifecycle.fleet else { return await perform(current, generation: generation) }
         // A refusal this node got while renewing alone stands until the fleet's token is known.
         if let held = await fleet.refusalOutcome() { return held }
-        let settings = runtime.current.settings
-        if let outcome = await fleet.renew(stale: stale, kind: settings.session.kind, loopGuard: loopGuard,
-                                           tokenTimeout: settings.limits.defaultTimeout,
+        let settings = runtime.current
+        if let outcome = await fleet.renew(stale: stale, kind: settings.sessionSettings(lifecycle.name).kind, loopGuard: loopGuard,
+                                           tokenTimeout: settings.settings.limits.defaultTimeout,
                                            fetch: { await self.perform(current, generation: generation) }) {
             return outcome
         }
@@ -176,7 +177,7 @@ public actor TokenRefresher {
 
     private func perform(_ tokens: SessionTokens?, generation: Int) async -> Outcome {
         let (rc, environment) = runtime.snapshot
-        let config = rc.settings.session
+        let config = rc.sessionSettings(lifecycle.name)
         if let appToken = config.appToken {
             return await fetchAppToken(appToken, rc: rc, environment: environment, generation: generation)
         }
@@ -236,7 +237,7 @@ public actor TokenRefresher {
                            maxBackoff: endpoint.maxBackoff)
         case .answered(.good(let access, _, let expiresIn)):
             session.updatePacing { $0.succeeded() }
-            lifecycle.lifetimeWarning.check(expiresIn, limit: rc.settings.session.maxRefreshes, logger: logger)
+            lifecycle.lifetimeWarning.check(expiresIn, limit: rc.sessionSettings(lifecycle.name).maxRefreshes, logger: logger)
             let now = lifecycle.clock.date
             let tokens = SessionTokens(accessToken: access, refreshToken: nil, userID: nil, setAt: now, kind: .app,
                                        expiresAt: TokenReply.expiry(expiresIn, from: now))
@@ -261,6 +262,7 @@ public actor TokenRefresher {
     private func call(_ endpoint: ConciergeConfig.TokenEndpoint, refreshToken: String?, accessToken: String?,
                       rc: RuntimeConfig, environment: String) async -> CallResult {
         stats.increment(.refreshes)
+        stats.sessions.increment(.tokenRequests, session: lifecycle.name)
         guard let upstream = rc.settings.upstream(named: endpoint.upstream ?? environment) else {
             return .failed("no upstream named \(endpoint.upstream ?? environment)", retryAfter: nil)
         }

@@ -14,25 +14,28 @@ final class TokenRevocation: Service, Sendable {
     private let transport: any UpstreamTransport
     private let runtime: Runtime
     private let logger: Logger
-    private let queue: AsyncStream<SessionTokens>
-    private let input: AsyncStream<SessionTokens>.Continuation
+    /// Tokens to revoke, with the revocation request of their session when they were dropped.
+    typealias Revocation = (tokens: SessionTokens, endpoint: ConciergeConfig.TokenEndpoint)
+    private let queue: AsyncStream<Revocation>
+    private let input: AsyncStream<Revocation>.Continuation
 
     init(transport: any UpstreamTransport, runtime: Runtime, logger: Logger) {
         (self.transport, self.runtime, self.logger) = (transport, runtime, logger)
-        (queue, input) = AsyncStream.makeStream(of: SessionTokens.self)
+        (queue, input) = AsyncStream.makeStream(of: Revocation.self)
     }
 
-    /// Revokes `tokens` at the provider, when `session.revoke` is configured.
-    func revoke(_ tokens: SessionTokens) {
-        guard runtime.current.settings.session.revoke != nil else { return }
-        input.yield(tokens)
+    /// Revokes `tokens` at the provider, when the session `name` has `revoke` (read now: a
+    /// session a reload removes is revoked as it was configured).
+    func revoke(_ tokens: SessionTokens, session name: String = "default") {
+        guard let endpoint = runtime.current.sessionSettings(name).revoke else { return }
+        input.yield((tokens, endpoint))
     }
 
     func run() async throws {
         await withGracefulShutdownHandler {
             await withDiscardingTaskGroup { group in
-                for await tokens in queue {
-                    group.addTask { await self.send(tokens) }
+                for await item in queue {
+                    group.addTask { await self.send(item.tokens, endpoint: item.endpoint) }
                 }
             }
         } onGracefulShutdown: {
@@ -41,10 +44,9 @@ final class TokenRevocation: Service, Sendable {
     }
 
     /// One revocation request; a 2xx (an empty `200` included) is a success.
-    func send(_ tokens: SessionTokens) async {
+    func send(_ tokens: SessionTokens, endpoint: ConciergeConfig.TokenEndpoint) async {
         let (rc, environment) = runtime.snapshot
-        guard let endpoint = rc.settings.session.revoke,
-              let upstream = rc.settings.upstream(named: endpoint.upstream ?? environment) else { return }
+        guard let upstream = rc.settings.upstream(named: endpoint.upstream ?? environment) else { return }
         let built = TokenRequest(endpoint, refreshToken: tokens.refreshToken, accessToken: tokens.accessToken)
         let body: UpstreamRequest.Body = built.body.map { .bytes(ByteBuffer(bytes: $0)) } ?? .none
         let request = UpstreamRequest(method: built.method, base: upstream.baseURL, target: built.target, headers: built.headers, body: body,

@@ -1,0 +1,163 @@
+import ConciergeCore
+import ConciergeStorage
+import Foundation
+import Logging
+import Synchronization
+
+/// The live sessions of the daemon by name (`default`, `sessions.NAME`), and the instances of
+/// each `per_client` session: made when a configuration names them (``bind(_:_:)``, given to
+/// ``Runtime/bind(_:)``, so each configuration view holds its session and a request that
+/// chose its session at routing looks nothing up), kept across reloads (a reload that
+/// changes a session's settings keeps its tokens), and logged out when a reload removes them
+/// (``retire(keeping:)``).
+final class SessionRegistry: Sendable {
+    /// What every unit shares: storage, counters, events, the revocation service, the clock.
+    struct Parts: Sendable {
+        let database: StorageDatabase
+        let cache: CacheStore
+        let transport: any UpstreamTransport
+        let runtime: Runtime
+        let logger: Logger
+    }
+
+    let parts: Parts
+    /// `default` (with the fleet's side of it, when there is a fleet).
+    let defaultUnit: SessionUnit
+    private let units: Mutex<[String: SessionUnit]>
+
+    /// - Parameter base: the lifecycle of `default`, whose parts every session shares.
+    init(parts: Parts, base: SessionLifecycle, perClientDefault: ConciergeConfig.PerClient?) throws {
+        self.parts = parts
+        var lifecycle = base
+        lifecycle.logger[metadataKey: "session"] = "default"
+        // The instances of a `per_client` default count themselves; the session does not.
+        let instances = try perClientDefault.map { _ in try Self.instanceTable("default", parts.database) }
+        let refresher = TokenRefresher(session: base.session, transport: parts.transport, runtime: parts.runtime, stats: base.stats,
+                                       events: base.events, lifecycle: lifecycle, logger: lifecycle.logger)
+        defaultUnit = SessionUnit(name: "default", state: base.session, lifecycle: lifecycle, refresher: refresher,
+                                  instances: instances, cacheIdentity: nil, now: base.clock.date)
+        units = Mutex(["default": defaultUnit])
+    }
+
+    private static func instanceTable(_ name: String, _ database: StorageDatabase) throws -> InstanceTable {
+        InstanceTable(session: name, storedCount: try SessionStore.instanceKeys(database, session: name).count)
+    }
+
+    /// The live session of `name` under a new configuration: the one already there (its
+    /// tokens kept), or a new one loaded from SQLite. Given to ``Runtime/bind(_:)``.
+    func bind(_ name: String, _ settings: ConciergeConfig.Session) -> (any SessionSlot)? {
+        if name == "default" { return defaultUnit }
+        if let unit = units.withLock({ $0[name] }), (unit.instances != nil) == (settings.perClient != nil) { return unit }
+        do {
+            let instances = try settings.perClient.map { _ in try Self.instanceTable(name, parts.database) }
+            let unit = try makeUnit(name: name, key: name, instances: instances, cacheIdentity: name, masked: nil)
+            units.withLock { $0[name] = unit }
+            return unit
+        } catch {
+            parts.logger.error("could not open the stored session; it starts logged out", metadata: ["session": "\(name)", "error": "\(error)"])
+            return nil
+        }
+    }
+
+    /// A unit over the stored session `key`, sharing the parts of `default`.
+    private func makeUnit(name: String, key: String, instances: InstanceTable?, cacheIdentity: String, masked: String?,
+                          table: InstanceTable? = nil) throws -> SessionUnit {
+        var logger = parts.logger
+        logger[metadataKey: "session"] = "\(name)"
+        if let masked { logger[metadataKey: "instance"] = "\(masked)" }
+        let state = try SessionState(store: SessionStore(database: parts.database, key: key), logger: logger)
+        let base = defaultUnit.lifecycle
+        var lifecycle = SessionLifecycle(session: state, cache: base.cache, stats: base.stats, events: base.events, logger: logger,
+                                         revocation: base.revocation, clock: base.clock)
+        (lifecycle.name, lifecycle.cacheIdentity, lifecycle.instances) = (name, cacheIdentity, table)
+        lifecycle.fleetInvalidations = base.fleetInvalidations
+        let refresher = TokenRefresher(session: state, transport: parts.transport, runtime: parts.runtime, stats: base.stats,
+                                       events: base.events, lifecycle: lifecycle, logger: logger)
+        return SessionUnit(name: name, maskedInstance: masked, state: state, lifecycle: lifecycle, refresher: refresher,
+                           instances: instances, cacheIdentity: cacheIdentity, now: base.clock.date)
+    }
+
+    /// The instance of a `per_client` session for the caller's `id` (valid, see
+    /// ``SessionUnit/isInstanceID(_:)``), loaded from SQLite on first use.
+    func instance(of session: SessionUnit, id: String) throws -> SessionUnit? {
+        guard let table = session.instances else { return nil }
+        let key = SessionUnit.instanceKey(session: session.name, id: id)
+        let unit = try table.instance(key: key) {
+            try makeUnit(name: session.name, key: key, instances: nil, cacheIdentity: String(key), masked: TokenMask.mask(id),
+                         table: table)
+        }
+        unit.touch(defaultUnit.lifecycle.clock.date)
+        return unit
+    }
+
+    /// The session named `name`, if the current configuration has it.
+    func unit(named name: String) -> SessionUnit? {
+        guard name == "default" || parts.runtime.current.settings.sessions[name] != nil else { return nil }
+        return parts.runtime.current.view(forSession: name)?.sessionSlot as? SessionUnit ?? units.withLock { $0[name] }
+    }
+
+    /// Every session of the current configuration, in file order (`default` first when the
+    /// configuration has no sessions at all).
+    var all: [SessionUnit] {
+        let config = parts.runtime.current
+        let names = config.settings.sessionNames.isEmpty ? ["default"] : config.settings.sessionNames
+        return names.compactMap { unit(named: $0) }
+    }
+
+    /// Logs out the sessions `config` no longer names (and every instance of them); called
+    /// before a reload swaps it in, so their revocation uses the settings they had.
+    func retire(keeping config: ConciergeConfig) async {
+        let gone = units.withLock { units in units.filter { $0.key != "default" && config.sessions[$0.key] == nil } }
+        for (name, unit) in gone {
+            await logout(unit, reason: "session_removed")
+            units.withLock { _ = $0.removeValue(forKey: name) }
+            parts.logger.info("session removed by the new configuration: logged out", metadata: ["session": "\(name)"])
+        }
+    }
+
+    /// Logs a session out; a `per_client` session: every instance (the stored ones loaded
+    /// first). Returns how many sessions or instances were logged out.
+    @discardableResult
+    func logout(_ unit: SessionUnit, reason: String) async -> Int {
+        guard let table = unit.instances else {
+            return await unit.lifecycle.logout(ifAccessToken: nil, reason: .string(reason)) == nil ? 0 : 1
+        }
+        var count = 0
+        let keys = (try? SessionStore.instanceKeys(parts.database, session: unit.name)) ?? []
+        for key in keys {
+            let instance = try? table.instance(key: key) {
+                try makeUnit(name: unit.name, key: key, instances: nil, cacheIdentity: key, masked: "#" + key.suffix(6), table: table)
+            }
+            if let instance, await instance.lifecycle.logout(ifAccessToken: nil, reason: .string(reason)) != nil { count += 1 }
+            table.forget(key)
+        }
+        for instance in table.all {
+            if await instance.lifecycle.logout(ifAccessToken: nil, reason: .string(reason)) != nil { count += 1 }
+        }
+        return count
+    }
+
+    /// Logs out (and revokes) the instances unused for their session's `per_client.idle`, and
+    /// forgets loaded instances without tokens unused as long.
+    func sweepIdle(now: Date) async {
+        for unit in all {
+            guard let table = unit.instances, let idle = parts.runtime.current.sessionSettings(unit.name).perClient?.idle else { continue }
+            let cutoff = now.addingTimeInterval(-Double(idle.components.seconds))
+            for instance in table.all where instance.lastUsedAt < cutoff {
+                if await instance.lifecycle.logout(ifAccessToken: nil, reason: "idle") != nil {
+                    parts.logger.info("per-client instance idle: logged out", metadata: ["session": "\(unit.name)",
+                                                                                         "instance": "\(instance.maskedInstance ?? "-")"])
+                }
+                if let key = instance.cacheIdentity { table.forget(key) }
+            }
+        }
+    }
+}
+
+extension SessionRegistry {
+    /// The tokens of every session and loaded instance, and the ones they replaced lately:
+    /// literal secrets for the log scrubber.
+    var secretsForLogs: [String] {
+        all.flatMap { unit in unit.state.secretsForLogs + (unit.instances?.all.flatMap { $0.state.secretsForLogs } ?? []) }
+    }
+}
