@@ -137,6 +137,18 @@ let package = Package(
             ],
             path: "Fuzz/ConciergeFuzzing"
         ),
+        /// Fuzz targets over the request path (ConciergeServer): the loop miss against the
+        /// awaited miss. It imports ConciergeServer `@testable` (the pipeline's plan is internal):
+        /// debug builds enable testing, and `scripts/fuzz.sh` passes `-enable-testing`.
+        .target(
+            name: "ConciergeServerFuzzing",
+            dependencies: [
+                "ConciergeCore", "ConciergeStorage", "ConciergeServer",
+                .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"), .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Fuzz/ConciergeServerFuzzing"
+        ),
         .target(name: "CFuzzDriver", path: "Fuzz/CFuzzDriver"),
         /// The floor for a hit in Benchmarks/profile.sh (FLOOR=1): a bare SwiftNIO server writing ready bytes.
         .executableTarget(
@@ -148,7 +160,7 @@ let package = Package(
             ],
             path: "Benchmarks/nio-floor"
         ),
-        .executableTarget(name: "concierge-fuzz", dependencies: ["ConciergeFuzzing", "CFuzzDriver"], path: "Fuzz/concierge-fuzz"),
+        .executableTarget(name: "concierge-fuzz", dependencies: ["ConciergeFuzzing", "ConciergeServerFuzzing", "CFuzzDriver"], path: "Fuzz/concierge-fuzz"),
         .testTarget(name: "ConciergeCoreTests", dependencies: ["ConciergeCore", "ConciergeFuzzing"]),
         .testTarget(name: "ConciergeStorageTests", dependencies: ["ConciergeStorage"]),
         .testTarget(
@@ -156,7 +168,7 @@ let package = Package(
             dependencies: [
                 "ConciergeServer", "ConciergeTestSupport", "ConciergeSampleAPI",
                 // The fuzz targets' checks, shared with the tests that compare readers.
-                "ConciergeFuzzing",
+                "ConciergeFuzzing", "ConciergeServerFuzzing",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 // A test CA and server certificate for the https upstream tests.

@@ -12,12 +12,14 @@ cd "$(dirname "$0")/.."
 
 seconds=${FUZZ_SECONDS:-60}
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(config subrequests cachekey jsonscan wirehead forwarded headboundary plainreply plainrequest)
+[ ${#targets[@]} -gt 0 ] || targets=(config subrequests cachekey jsonscan wirehead forwarded headboundary plainreply plainrequest misspaths)
 work=${FUZZ_WORK:-$(mktemp -d)}
 scratch=${FUZZ_BUILD:-.build-fuzz}
 
-# lld: gold trips over the main alias SwiftPM adds next to libFuzzer.
-flags=(-c release --scratch-path "$scratch" -Xswiftc -sanitize=fuzzer -Xswiftc -DFUZZING -Xswiftc -parse-as-library -Xswiftc -use-ld=lld)
+# lld: gold trips over the main alias SwiftPM adds next to libFuzzer. -enable-testing: the
+# misspaths target imports ConciergeServer @testable (the request path's plan is internal).
+flags=(-c release --scratch-path "$scratch" -Xswiftc -sanitize=fuzzer -Xswiftc -DFUZZING -Xswiftc -parse-as-library -Xswiftc -use-ld=lld
+       -Xswiftc -enable-testing)
 swift build "${flags[@]}" --product concierge-fuzz
 bin=$(swift build "${flags[@]}" --show-bin-path)
 

@@ -2,14 +2,22 @@
 import CFuzzDriver
 #endif
 import ConciergeFuzzing
+import ConciergeServerFuzzing
 import Foundation
+
+/// Every target by name: Core's parsers, then the request path's.
+let allNames = FuzzTargets.names + ServerFuzzTargets.names
+
+func target(named name: String) -> (@Sendable ([UInt8]) -> Void)? {
+    FuzzTargets.named(name) ?? ServerFuzzTargets.named(name)
+}
 
 #if FUZZING
 /// The target libFuzzer drives, chosen by `CONCIERGE_FUZZ_TARGET` (`scripts/fuzz.sh` sets it).
 let selectedTarget: @Sendable ([UInt8]) -> Void = {
     let name = ProcessInfo.processInfo.environment["CONCIERGE_FUZZ_TARGET"] ?? ""
-    guard let target = FuzzTargets.named(name) else {
-        fatalError("CONCIERGE_FUZZ_TARGET must be one of \(FuzzTargets.names.joined(separator: ", ")), not '\(name)'")
+    guard let target = target(named: name) else {
+        fatalError("CONCIERGE_FUZZ_TARGET must be one of \(allNames.joined(separator: ", ")), not '\(name)'")
     }
     return target
 }()
@@ -31,8 +39,8 @@ public func fuzzMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePoi
 struct FuzzReplay {
     static func main() {
         let arguments = Array(CommandLine.arguments.dropFirst())
-        guard let name = arguments.first, let target = FuzzTargets.named(name) else {
-            print("usage: concierge-fuzz \(FuzzTargets.names.joined(separator: "|")) FILE_OR_DIR…")
+        guard let name = arguments.first, let target = target(named: name) else {
+            print("usage: concierge-fuzz \(allNames.joined(separator: "|")) FILE_OR_DIR…")
             exit(64)
         }
         let count = FuzzTargets.replay(Array(arguments.dropFirst()), through: target)

@@ -104,7 +104,7 @@ struct FastPathMemoTests {
 
     func fastHit(_ fixture: StageFixture, _ target: String) -> EncodedHit? {
         let incoming = IncomingRequest(method: "GET", target: target, headers: ["Host": "127.0.0.1"])
-        if case .encodedHit(let hit, _) = fixture.pipeline.fastPath(incoming, encoded: true) { return hit }
+        if case .encodedHit(let hit, _) = fixture.pipeline.plan(incoming, encoded: true) { return hit }
         return nil
     }
 

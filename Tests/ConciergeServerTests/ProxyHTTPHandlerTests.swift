@@ -425,7 +425,7 @@ final class ManualTaskExecutor: TaskExecutor {
 }
 
 /// The daemon's side of a connection, scripted by target: `/fast/…` is a hot hit answered by
-/// the fast path (`fast <target>`); `/slow/…` waits in ``handle(_:prepared:)`` until the test
+/// the fast path (`fast <target>`); `/slow/…` waits in ``handle(_:plan:)`` until the test
 /// calls ``answer(_:with:)``; `/stream/…` takes its body as a stream and waits for it to end.
 final class StubResponder: ProxyResponder {
     let currentConfig: RuntimeConfig
@@ -450,13 +450,13 @@ final class StubResponder: ProxyResponder {
         waiter?.reply.resume(returning: ProxyAnswer(ProxyReply(status: 200, body: .buffer(ByteBuffer(string: body))), RequestReport()))
     }
 
-    func fastPath(_ incoming: IncomingRequest, encoded: Bool) -> ProxyPipeline.FastPath? {
+    func plan(_ incoming: IncomingRequest, encoded: Bool) -> RequestPlan? {
         calls.withLock { $0.append(incoming.target) }
         guard incoming.target.hasPrefix("/fast/") else { return nil }
         return .answer(ProxyAnswer(ProxyReply(status: 200, body: .buffer(ByteBuffer(string: "fast \(incoming.target)"))), RequestReport()))
     }
 
-    func handle(_ incoming: IncomingRequest, prepared: ProxyPipeline.Preparation?) async -> ProxyAnswer {
+    func handle(_ incoming: IncomingRequest, plan: RequestPlan.TaskPlan?) async -> ProxyAnswer {
         if case .stream(let body, _) = incoming.body {
             streamed.withLock { $0.append(incoming.target) }
             defer { streamed.withLock { $0.removeAll { $0 == incoming.target } } }

@@ -63,7 +63,7 @@ struct RepeatedHitTests {
 
     func fastHit(_ fixture: StageFixture, _ target: String) -> (EncodedHit, HitMemo.Recipe?)? {
         let incoming = IncomingRequest(method: "GET", target: target, headers: ["Host": "127.0.0.1"])
-        if case .encodedHit(let hit, let recipe) = fixture.pipeline.fastPath(incoming, encoded: true) { return (hit, recipe) }
+        if case .encodedHit(let hit, let recipe) = fixture.pipeline.plan(incoming, encoded: true) { return (hit, recipe) }
         return nil
     }
 

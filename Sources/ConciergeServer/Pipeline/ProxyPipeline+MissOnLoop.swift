@@ -3,12 +3,12 @@ import NIOCore
 
 extension ProxyPipeline {
     /// Steps 4–9 of the usual miss as callbacks on the connection's event loop: no task, no
-    /// executor hop, no future awaited. The same steps as ``handle(_:)``, in the same order,
-    /// for a request where every one of them is decided without waiting:
+    /// executor hop, no future awaited. The same steps as the awaited miss
+    /// (``awaitedMiss(_:key:)``), in the same order, for a request the plan found every one of
+    /// them decided without waiting for (``RequestPlan/LoopMiss``):
     ///
-    /// 4. lookup: neither the hot tier (the fast path asked it: call this only when it had no
-    ///    entry) nor the key index knows the key (no SQLite read can find it; no stale entry
-    ///    can stand in), and there is no fleet shared cache to ask;
+    /// 4. lookup: neither the hot tier nor the key index knows the key (no SQLite read can
+    ///    find it; no stale entry can stand in), and there is no fleet shared cache to ask;
     /// 5. coalesce: no other request is fetching the key (this one leads, and requests that
     ///    arrive meanwhile wait for it as for any leader);
     /// 6. exchange: the token needs no renewal before sending, and the transport starts the
@@ -24,14 +24,11 @@ extension ProxyPipeline {
     /// (each future costs ~3k instructions: its allocation, its callbacks and, in NIO's generic
     /// deinit, run-time metadata lookups).
     ///
-    /// - Returns: `false` when the request is not such a miss (the caller runs ``handle(_:)``;
-    ///   `answer` is never called); else `answer` is called once, on `eventLoop`.
-    func missOnLoop(_ preparation: Preparation, on eventLoop: any EventLoop, answer: @escaping @Sendable (ProxyAnswer) -> Void) -> Bool {
-        guard case .ready(let p, streamedBody: .none) = preparation, p.endpoint.envelope || p.endpoint.isCacheable,
-              let key = p.hashedCacheKey, !p.bypass, !p.endpoint.httpCaching, shared == nil,
-              !cache.mayHaveRow(key),
-              let attempt = exchange.firstAttemptWithoutWaiting(p)
-        else { return false }
+    /// - Returns: `false` when another request leads the key or the transport cannot start
+    ///   on this loop (the caller runs ``RequestPlan/LoopMiss/awaited``; `answer` is never
+    ///   called); else `answer` is called once, on `eventLoop`.
+    func missOnLoop(_ miss: RequestPlan.LoopMiss, on eventLoop: any EventLoop, answer: @escaping @Sendable (ProxyAnswer) -> Void) -> Bool {
+        let (p, key, attempt) = (miss.request, miss.key, miss.attempt)
         var request = exchange.request(p, attempt)
         guard coalescer.lead(key) else { return false }
         p.trace?.beginAttempt(&request, replays: 0)

@@ -8,7 +8,9 @@ import Synchronization
 ///
 /// 2. prepare (``PreparedRequest``): route, common params, login guard, token choice, cache
 ///    scope and key;
-/// 3. the fast path (``fastPath(_:)``);
+/// 3. the plan (``plan(_:encoded:onLoop:)``, ``RequestPlan``): a fresh hot-tier hit, the
+///    usual miss as callbacks on the event loop (``missOnLoop(_:on:answer:)``), or one of
+///    the paths below, carried out in a task by ``run(_:)``;
 /// 4. lookup: a fresh entry answers (``CachedReply``), a stale one may answer while it is
 ///    revalidated (``RevalidationService``); in a fleet with a shared cache, a fresh shared
 ///    entry answers next (``FleetSharedCache``) and is kept here;
@@ -19,8 +21,8 @@ import Synchronization
 /// 8. store what may be stored; 9. reply. Opaque requests skip 4–8 and stream through
 ///    ``UpstreamExchange/forwardStreamed(_:body:)``.
 ///
-/// ``fastPath(_:)`` is the synchronous subset a listener runs on its event loop: a fresh
-/// hot-tier hit answered without a task or any I/O.
+/// The path is decided once, by ``RequestPlan/decide(_:hotTier:loopMiss:hit:)``; what
+/// carries a plan out never decides it again.
 public final class ProxyPipeline: Sendable {
     let runtime: Runtime
     let cache: CacheStore
@@ -81,30 +83,41 @@ public final class ProxyPipeline: Sendable {
     }
 
     nonisolated(nonsending) public func handle(_ incoming: IncomingRequest) async -> ProxyAnswer {
-        await handle(prepare(incoming))
+        switch plan(incoming, onLoop: false) {
+        case .answer(let answer): return answer
+        case .task(let plan): return await run(plan)
+        // Planned only on the event loop.
+        case .encodedHit(let hit, _): return hit.answer
+        case .missOnLoop(let miss): return await run(miss.awaited)
+        }
     }
 
-    nonisolated(nonsending) func handle(_ preparation: Preparation) async -> ProxyAnswer {
-        let p: PreparedRequest
-        switch preparation {
-        case .answer(let answer): return answer
-        case .ready(let prepared, let streamedBody):
-            guard prepared.endpoint.envelope || prepared.endpoint.isCacheable else {
-                return await exchange.forwardStreamed(prepared, body: streamedBody)
-            }
-            p = prepared
-        }
-        if p.endpoint.httpCaching, !Self.safeMethods.contains(p.request.method) { return await handleUnsafeHTTP(p) }
-        guard let key = p.cacheKey else {
+    /// Carries out a plan in a task (``RequestPlan/decide(_:hotTier:loopMiss:hit:)`` chose it):
+    /// steps 4–9 in the order of docs/architecture.md.
+    nonisolated(nonsending) func run(_ plan: RequestPlan.TaskPlan) async -> ProxyAnswer {
+        switch plan {
+        case .passThrough(let p, let body):
+            return await exchange.forwardStreamed(p, body: body)
+        case .unsafeHTTP(let p):
+            return await handleUnsafeHTTP(p)
+        case .exchange(let p):
             var answer = await exchange.run(p).answer
             if p.endpoint.isCacheable { answer.reply.headers.replaceOrAdd(name: "X-Cache", value: CacheStatus.miss.rawValue) }
             return answer
-        }
-        if p.endpoint.httpCaching { return await handleHTTPCaching(p, key: key) }
-        let now = cache.clock.now
-        if p.bypass {
+        case .httpCaching(let p, let key):
+            return await handleHTTPCaching(p, key: key)
+        case .bypass(let p, let key):
             return withCacheHeaders(await fetchAndStore(p, key: key), .bypass)
+        case .awaitedMiss(let p, let key):
+            return await awaitedMiss(p, key: key)
         }
+    }
+
+    /// Steps 4–9 of a request with a key and a TTL, awaited: lookup (hot tier and SQLite, a
+    /// stale entry within `stale_while_revalidate`, the fleet's shared cache), coalesce,
+    /// exchange and store, a stale entry within `stale_if_error` when the upstream is down.
+    nonisolated(nonsending) func awaitedMiss(_ p: PreparedRequest, key: String) async -> ProxyAnswer {
+        let now = cache.clock.now
         let entry = await cache.lookup(key, onSQLiteRead: p.trace?.cacheReadRecorder)
         if let entry, entry.isFresh(at: now) {
             return CachedReply.make(entry, p, status: .hit, now: now)

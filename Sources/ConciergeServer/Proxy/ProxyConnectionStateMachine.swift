@@ -267,8 +267,15 @@ struct ProxyConnectionStateMachine {
         case .streaming(let request, _):
             state = .streaming(request, lastProgress: now)
             return .forwardBodyPart(part)
-        case .opening, .waitingForHead, .responding, .discarding, .closed, .modifying:
+        case .discarding, .closed:
+            // The rest of a refused request, or parts the decoder had read before the close: dropped.
             return .none
+        case .waitingForHead, .responding:
+            // No request is being read (the decoder sends a head first, and parts that arrive
+            // while a reply is produced wait in the inbox): dropped, as NIO's pipelining handler does.
+            return .none
+        case .opening, .modifying:
+            return Self.impossible("a body part before the channel is active, or inside a mutation")
         }
     }
 
@@ -289,8 +296,13 @@ struct ProxyConnectionStateMachine {
         case .discarding:
             state = .closed
             return .close
-        case .opening, .waitingForHead, .responding, .closed, .modifying:
+        case .closed:
             return .none
+        case .waitingForHead, .responding:
+            // The end of a request not being read (see ``bodyReceived(_:now:)``): dropped.
+            return .none
+        case .opening, .modifying:
+            return Self.impossible("a request's end before the channel is active, or inside a mutation")
         }
     }
 
@@ -363,6 +375,13 @@ struct ProxyConnectionStateMachine {
         state = .closed
         guard case .streaming = previous else { return .none }
         return .failStreamedBody(.malformed("connection closed before the body ended"), close: false)
+    }
+
+    /// A transition no sequence of NIO's events reaches: a debug build stops on it; a release
+    /// build closes the connection rather than go on in a state nothing planned for.
+    private static func impossible(_ what: StaticString) -> Action {
+        assertionFailure("ProxyConnectionStateMachine: \(what)")
+        return .close
     }
 
     // MARK: - Replies

@@ -6,13 +6,15 @@ import NIOHTTP1
 /// ``ProxyConnectionStateMachine`` and executes the actions it returns.
 ///
 /// Runs on the connection's event loop. The head checks of docs/hardening.md are
-/// ``RequestHeadCheck``'s; the states, limits and timeouts are the machine's. A fresh hot-tier
-/// hit is answered right here from the stored buffer, with no task (and a read that repeats a
-/// head answered so before, without even the decoder: ``RepeatedHitHandler`` calls
-/// ``answerRepeatedHit(_:context:)``), and so is the usual miss
-/// (by callbacks: ``ProxyResponder/missOnLoop(_:on:answer:)``); any other request becomes
-/// work on the connection's ``ConnectionLane`` (a child task of ``ProxyListener/run()`` on this
-/// loop) that writes its whole reply back through the channel. A streamed body that breaks
+/// ``RequestHeadCheck``'s; the states, limits and timeouts are the machine's. Each request is
+/// planned once (``ProxyResponder/plan(_:encoded:)``, a ``RequestPlan``) and the plan carried
+/// out: a fresh hot-tier hit is answered right here from the stored buffer, with no task (and a
+/// read that repeats a head answered so before, without even the decoder: ``RepeatedHitHandler``
+/// calls ``answerRepeatedHit(_:context:)``), and so is the usual miss (by callbacks:
+/// ``ProxyResponder/missOnLoop(_:on:answer:)``); any other plan becomes work on the
+/// connection's ``ConnectionLane`` (a child task of ``ProxyListener/run()`` on this loop) that
+/// writes its whole reply back through the channel. Every reply written on the loop goes
+/// through the connection's ``ReplyWriter``. A streamed body that breaks
 /// aborts the upstream request (its stream throws) and is answered 400/408.
 ///
 /// Pipelining is the machine's (NIO's pipelining handler is not installed, so a hit can be
@@ -44,8 +46,8 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var remoteAddress: String?
     /// The peer and the listener's session, decided at accept.
     private let identity: ConnectionIdentity
-    /// Where ready bytes are written: below the response encoder.
-    private var encoderContext: ChannelHandlerContext?
+    /// Writes every reply on the event loop, below the response encoder (found when added).
+    private var writer: ReplyWriter?
     /// The `Host` this connection's last request was allowed with (``RequestHeadCheck``).
     private var allowedHost: RequestHeadCheck.AllowedHost?
     /// The configuration and the route the last head was read with.
@@ -87,7 +89,7 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
-        encoderContext = try? context.pipeline.syncOperations.context(handlerType: HTTPResponseEncoder.self)
+        writer = (try? context.pipeline.syncOperations.context(handlerType: HTTPResponseEncoder.self)).map(ReplyWriter.init)
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -199,7 +201,11 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             }
             if close { context.close(promise: nil) }
         case .writeHeaderTimeout:
-            writeHeaderTimeout(context: context)
+            guard let writer else {
+                context.close(promise: nil)
+                return
+            }
+            writer.writeHeaderTimeout()
         case .close:
             context.close(promise: nil)
         }
@@ -217,47 +223,41 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         switch body {
         case .buffered(let buffer):
             incoming.body = .buffered(buffer)
-            var prepared: ProxyPipeline.Preparation? = nil
-            let takesBytes = encoderContext != nil && head.method == .GET && head.version == .http1_1 && request.keepAlive
-            switch responder.fastPath(incoming, encoded: takesBytes) {
+            let takesBytes = writer != nil && head.method == .GET && head.version == .http1_1 && request.keepAlive
+            switch responder.plan(incoming, encoded: takesBytes) {
             case .answer(let answer):
                 replySynchronously(answer, to: request, incoming, context: context)
-                return
             case .encodedHit(let hit, let recipe):
                 writeEncoded(hit, recipe: recipe, to: request, incoming, context: context)
-                return
-            case .prepared(let preparation, let hotTierMiss):
-                if hotTierMiss, answerOnLoop(preparation, to: request, incoming, context: context) { return }
-                prepared = preparation
+            case .missOnLoop(let miss):
+                if answerOnLoop(miss, to: request, incoming, context: context) { return }
+                submit(request, incoming, plan: miss.awaited, bodyOutcome: nil, context: context)
+            case .task(let plan):
+                submit(request, incoming, plan: plan, bodyOutcome: nil, context: context)
             case nil:
-                break
+                submit(request, incoming, plan: nil, bodyOutcome: nil, context: context)
             }
-            submit(request, incoming, prepared: prepared, bodyOutcome: nil, context: context)
         case .streamed(let length):
             let (stream, continuation) = AsyncThrowingStream.makeStream(of: ByteBuffer.self, throwing: (any Error).self)
             let outcome = ClientBodyOutcome()
             streamedBody = (continuation, outcome)
             incoming.body = .stream(StreamHandle(stream), length: length)
-            submit(request, incoming, prepared: nil, bodyOutcome: outcome, context: context)
+            submit(request, incoming, plan: nil, bodyOutcome: outcome, context: context)
         }
     }
 
     /// The usual miss as callbacks on this loop (``ProxyResponder/missOnLoop(_:on:answer:)``),
     /// its reply written as a fast answer is (possibly before `missOnLoop` returns, for a
     /// request the pool refuses at once); whether it was taken (else the request becomes work).
-    private func answerOnLoop(_ preparation: ProxyPipeline.Preparation, to request: ProxyConnectionStateMachine.Request,
+    private func answerOnLoop(_ miss: RequestPlan.LoopMiss, to request: ProxyConnectionStateMachine.Request,
                               _ incoming: IncomingRequest, context: ChannelHandlerContext) -> Bool {
         guard let registered = requests.beginOnLoop(context.channel) else { return false }
         let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
         let requests = self.requests
-        let taken = responder.missOnLoop(preparation, on: context.eventLoop) { answer in
+        let taken = responder.missOnLoop(miss, on: context.eventLoop) { answer in
             let (handler, context) = loopBound.value
-            if case .buffer = answer.reply.body {
-                handler.replySynchronously(answer, to: request, incoming, context: context)
-            } else {
-                // Not expected: the answer is always buffered.
-                context.close(promise: nil)
-            }
+            // A miss's answer is always buffered (else the connection closes: replySynchronously).
+            handler.replySynchronously(answer, to: request, incoming, context: context)
             requests.end(registered)
         }
         if !taken { requests.end(registered) }
@@ -281,9 +281,12 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// remembered too (``RepeatedHitHandler``).
     private func writeEncoded(_ hit: EncodedHit, recipe: HitMemo.Recipe?, to request: ProxyConnectionStateMachine.Request,
                               _ incoming: IncomingRequest, context: ChannelHandlerContext) {
-        guard encoderContext != nil else { return }
+        guard let writer else {
+            context.close(promise: nil)
+            return
+        }
         let next = machine.replyFinished(request: request.id, keepAlive: true, now: context.eventLoop.now)
-        writeHit(hit, context: context)
+        writer.write(hit)
         responder.log(incoming, hit.answer, started: request.started)
         if watch.watching {
             watch.hits += 1
@@ -292,17 +295,6 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         }
         execute(next, context: context)
         resumeAfterReply(context: context)
-    }
-
-    private func writeHit(_ hit: EncodedHit, context: ChannelHandlerContext) {
-        guard let encoder = encoderContext else { return }
-        let (head, body) = hit.bytes(allocator: context.channel.allocator, inlineBody: Self.inlineBodyBytes)
-        if let body {
-            encoder.write(NIOAny(head), promise: nil)
-            encoder.writeAndFlush(NIOAny(body), promise: nil)
-        } else {
-            encoder.writeAndFlush(NIOAny(head), promise: nil)
-        }
     }
 
     // MARK: - Requests recognised by their bytes (RepeatedHitHandler)
@@ -359,21 +351,21 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// A request recognised by its bytes, answered from the hot tier without parsing them: only
     /// between requests, with nothing waiting. `false`: the bytes go to the request decoder.
     func answerRepeatedHit(_ bytes: ByteBuffer, context: ChannelHandlerContext) -> Bool {
-        guard encoderContext != nil, machine.canReplayHit, let (hit, incoming) = responder.replayedHit(of: bytes) else { return false }
+        guard let writer, machine.canReplayHit, let (hit, incoming) = responder.replayedHit(of: bytes) else { return false }
         let started = ContinuousClock.now
         let (_, limits) = routeMemo.config(responder)
         guard machine.hitReplayed(limits: limits, now: context.eventLoop.now) else { return false }
         var logged = incoming
         if let tracer = responder.tracer, tracer.sampleRatio > 0 { logged.trace = tracer.begin(incoming) }
-        writeHit(hit, context: context)
+        writer.write(hit)
         logged.clientAddress = remoteAddress
         responder.log(logged, hit.answer, started: started)
         return true
     }
 
-    private func submit(_ request: ProxyConnectionStateMachine.Request, _ incoming: IncomingRequest, prepared: ProxyPipeline.Preparation?,
+    private func submit(_ request: ProxyConnectionStateMachine.Request, _ incoming: IncomingRequest, plan: RequestPlan.TaskPlan?,
                         bodyOutcome: ClientBodyOutcome?, context: ChannelHandlerContext) {
-        let work = requestWork(request, incoming, prepared: prepared, bodyOutcome: bodyOutcome, context: context)
+        let work = requestWork(request, incoming, plan: plan, bodyOutcome: bodyOutcome, context: context)
         if lane == nil, context.channel.isActive { lane = requests.openLane(executor: work.executor) }
         if lane?.submit(work.run) != true {
             streamedBody = nil
@@ -383,7 +375,7 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// The pipeline call and the whole reply, run by the listener's task group.
     private func requestWork(_ request: ProxyConnectionStateMachine.Request, _ incoming: IncomingRequest,
-                             prepared: ProxyPipeline.Preparation?, bodyOutcome: ClientBodyOutcome?,
+                             plan: RequestPlan.TaskPlan?, bodyOutcome: ClientBodyOutcome?,
                              context: ChannelHandlerContext) -> RequestWork {
         let channel = context.channel
         let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
@@ -393,7 +385,7 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         if executor == nil { executor = EventLoopTaskExecutor(context.eventLoop) }
         return RequestWork(executor: executor) {
             await withTaskCancellationHandler {
-                var answer = await responder.handle(incoming, prepared: prepared)
+                var answer = await responder.handle(incoming, plan: plan)
                 var keepAlive = requestKeepAlive
                 if let failure = bodyOutcome?.failed {
                     answer.reply = failure.reply
@@ -427,24 +419,15 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     // MARK: - Writing on the event loop
 
     /// Writes a buffered reply synchronously (fast hits, local answers, and the buffered replies
-    /// of request work running on this loop), as bytes below the response encoder, as hits
-    /// are: the status line, the reply's headers with its own `Content-Length` (and
-    /// `Connection: close` when the connection ends) in place of theirs, the body; one flush.
+    /// of request work running on this loop) through the connection's ``ReplyWriter``. A reply
+    /// whose body is not buffered cannot be written here: the connection closes (never
+    /// expected: each caller hands buffered replies only).
     private func write(_ reply: ProxyReply, version: HTTPVersion, isHead: Bool, keepAlive: Bool, context: ChannelHandlerContext) {
-        guard case .buffer(let body) = reply.body, let encoder = encoderContext else { return }
-        let head = WireHead(.status(version, reply.status), fields: reply.headers,
-                            omitting: keepAlive ? WireHead.lengthField : WireHead.lengthAndConnectionFields, contentLength: body.readableBytes, closes: !keepAlive)
-        // A small body goes in the same buffer: one write, one iovec.
-        let inline = !isHead && body.readableBytes <= Self.inlineBodyBytes
-        var bytes = head.bytes(followedBy: inline ? body.readableBytes : 0)
-        if isHead || body.readableBytes == 0 {
-            encoder.writeAndFlush(NIOAny(bytes), promise: nil)
-        } else if inline {
-            bytes.writeImmutableBuffer(body)
-            encoder.writeAndFlush(NIOAny(bytes), promise: nil)
-        } else {
-            encoder.write(NIOAny(bytes), promise: nil)
-            encoder.writeAndFlush(NIOAny(body), promise: nil)
+        guard case .buffer(let body) = reply.body, let writer else {
+            assertionFailure("a reply written on the loop must be buffered, and the response encoder present")
+            context.close(promise: nil)
+            return
         }
+        writer.write(reply, body: body, version: version, isHead: isHead, keepAlive: keepAlive)
     }
 }

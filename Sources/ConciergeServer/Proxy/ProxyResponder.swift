@@ -15,21 +15,21 @@ protocol ProxyResponder: Sendable {
     /// while it stays the same, a connection reuses the configuration and routes it read.
     var configGeneration: Int { get }
 
-    /// A reply to write synchronously on the event loop (a fresh hot-tier hit or a local
-    /// answer), or the preparation to go on with; `nil` when the request needs ``handle(_:prepared:)``.
+    /// How the request is answered (``ProxyPipeline/plan(_:encoded:onLoop:)``), decided once
+    /// on the event loop; `nil` when the responder answers it itself in a task
+    /// (``handle(_:plan:)`` without a plan: Concierge's own routes).
     /// `encoded`: the connection can take a hit as ready HTTP/1.1 bytes.
-    func fastPath(_ incoming: IncomingRequest, encoded: Bool) -> ProxyPipeline.FastPath?
+    func plan(_ incoming: IncomingRequest, encoded: Bool) -> RequestPlan?
 
-    /// The usual miss answered by callbacks on `eventLoop` (``ProxyPipeline/missOnLoop(_:on:answer:)``),
-    /// for a request the fast path prepared and whose key the hot tier did not have: `answer`
-    /// is called once, on `eventLoop`. `false`, and `answer` never called, when it needs
-    /// ``handle(_:prepared:)``.
-    func missOnLoop(_ preparation: ProxyPipeline.Preparation, on eventLoop: any EventLoop,
+    /// The usual miss answered by callbacks on `eventLoop` (``ProxyPipeline/missOnLoop(_:on:answer:)``):
+    /// `answer` is called once, on `eventLoop`. `false`, and `answer` never called, when the
+    /// coalescer or the transport did not take it (then ``RequestPlan/LoopMiss/awaited`` runs).
+    func missOnLoop(_ miss: RequestPlan.LoopMiss, on eventLoop: any EventLoop,
                     answer: @escaping @Sendable (ProxyAnswer) -> Void) -> Bool
 
-    /// The reply, from the pipeline or Concierge's own routes (`prepared` when the fast path
-    /// already prepared the request).
-    nonisolated(nonsending) func handle(_ incoming: IncomingRequest, prepared: ProxyPipeline.Preparation?) async -> ProxyAnswer
+    /// The reply, carried out in a task: the plan's (``ProxyPipeline/run(_:)``), or without
+    /// one, Concierge's own routes or a request planned there (a streamed body).
+    nonisolated(nonsending) func handle(_ incoming: IncomingRequest, plan: RequestPlan.TaskPlan?) async -> ProxyAnswer
 
     /// The request's route, decided once as its head arrives (it says whether the body is
     /// streamed); `nil` for Concierge's own routes, whose bodies are buffered.
@@ -52,7 +52,7 @@ protocol ProxyResponder: Sendable {
 
 extension ProxyResponder {
     /// A responder without a pipeline of its own (a test's stub) answers every miss in a task.
-    func missOnLoop(_ preparation: ProxyPipeline.Preparation, on eventLoop: any EventLoop,
+    func missOnLoop(_ miss: RequestPlan.LoopMiss, on eventLoop: any EventLoop,
                     answer: @escaping @Sendable (ProxyAnswer) -> Void) -> Bool { false }
 
     /// Without a pipeline every request is parsed.

@@ -34,22 +34,22 @@ final class ProxyServerContext: ProxyResponder {
     var currentConfig: RuntimeConfig { runtime.current }
     var configGeneration: Int { runtime.generation }
 
-    /// A synchronous reply (fresh hot hit or local answer), or the preparation to go on with.
-    func fastPath(_ incoming: IncomingRequest, encoded: Bool) -> ProxyPipeline.FastPath? {
+    /// The request's plan; `nil` for Concierge's own routes (``ConciergeRoutes``, in a task).
+    func plan(_ incoming: IncomingRequest, encoded: Bool) -> RequestPlan? {
         if incoming.target.hasPrefix(ConciergeRoutes.prefix) { return nil }
-        return pipeline.fastPath(incoming, encoded: encoded)
+        return pipeline.plan(incoming, encoded: encoded)
     }
 
-    func missOnLoop(_ preparation: ProxyPipeline.Preparation, on eventLoop: any EventLoop,
+    func missOnLoop(_ miss: RequestPlan.LoopMiss, on eventLoop: any EventLoop,
                     answer: @escaping @Sendable (ProxyAnswer) -> Void) -> Bool {
-        pipeline.missOnLoop(preparation, on: eventLoop, answer: answer)
+        pipeline.missOnLoop(miss, on: eventLoop, answer: answer)
     }
 
-    nonisolated(nonsending) func handle(_ incoming: IncomingRequest, prepared: ProxyPipeline.Preparation? = nil) async -> ProxyAnswer {
+    nonisolated(nonsending) func handle(_ incoming: IncomingRequest, plan: RequestPlan.TaskPlan? = nil) async -> ProxyAnswer {
+        if let plan { return await pipeline.run(plan) }
         if incoming.target.hasPrefix(ConciergeRoutes.prefix) {
             return await ownRoutes.handle(incoming)
         }
-        if let prepared { return await pipeline.handle(prepared) }
         return await pipeline.handle(incoming)
     }
 

@@ -1,55 +1,57 @@
 import ConciergeCore
+import ConciergeStorage
 import Foundation
 import NIOCore
 
 extension ProxyPipeline {
-    /// A fresh hot-tier hit (or a local answer), or the preparation to go on with.
-    enum FastPath: Sendable {
-        case answer(ProxyAnswer)
-        /// A hit as ready bytes (only when the caller asked for them), with the recipe the
-        /// thread's ``HitMemo`` keeps for the request (`nil` when it keeps none).
-        case encodedHit(EncodedHit, recipe: HitMemo.Recipe?)
-        /// The preparation to go on with; `hotTierMiss`: the hot tier was asked for the
-        /// request's key and had no entry at all (a miss that may go on on the event loop,
-        /// ``missOnLoop(_:on:answer:)``).
-        case prepared(Preparation, hotTierMiss: Bool)
-    }
-
-    /// The synchronous subset of the path that a listener runs on its event loop: steps 2–3
-    /// (prepare, then a fresh hot-tier hit), without a task or any I/O. A request prepared before under the
-    /// same route and session reuses its key from the thread's ``HitMemo``.
+    /// Steps 2–3 and the plan for the rest (``RequestPlan/decide(_:hotTier:loopMiss:hit:)``).
+    ///
+    /// On the event loop (`onLoop`, the listener's handler), the hot tier is asked: a fresh
+    /// hit is planned as an answer (as ready bytes when `encoded`), and a key it lacks as a
+    /// miss on the loop when the key index, the fleet's shared cache and the token need no
+    /// wait. A request prepared before under the same route and session reuses its key from
+    /// the thread's ``HitMemo``. Off the loop (batch, chain, a streamed body), nothing is read
+    /// before step 4, which reads the hot tier and SQLite in the task.
     ///
     /// - Parameter encoded: the caller can write a hit as ready HTTP/1.1 bytes (a keep-alive
     ///   HTTP/1.1 `GET`).
-    func fastPath(_ incoming: IncomingRequest, encoded: Bool = false) -> FastPath {
+    func plan(_ incoming: IncomingRequest, encoded: Bool = false, onLoop: Bool = true) -> RequestPlan {
+        // The session (and who may use it) before the hit memo, which answers without preparing.
         let choice: SessionChoice
         switch selectSession(incoming, route: incoming.route ?? runtime.route(method: incoming.method, target: incoming.target)) {
         case .answer(let answer): return .answer(answer)
         case .chosen(let chosen): choice = chosen
         }
         let (route, session) = (choice.route, choice.tokens)
+        guard onLoop else {
+            return RequestPlan.decide(prepare(incoming, choice), hotTier: { _ in .notAsked },
+                                      loopMiss: { _, _ in nil }, hit: { _, p, key in .task(.awaitedMiss(p, key: key.text)) })
+        }
         let memo = encoded ? hitMemos.current : nil
         let now = cache.clock.now
         if let recipe = memo?.recipe(for: incoming, route: route, session: session), let hit = freshHit(recipe, now: now) {
             return .encodedHit(hit, recipe: recipe)
         }
-        let preparation = prepare(incoming, choice)
-        if case .answer(let answer) = preparation { return .answer(answer) }
-        // `mode: http` reads the request's directives and `Vary` first: not here.
-        guard case .ready(let p, _) = preparation, let key = p.hashedCacheKey, !p.bypass, !p.endpoint.httpCaching else {
-            return .prepared(preparation, hotTierMiss: false)
-        }
-        guard let entry = cache.hotLookup(key, now: now) else { return .prepared(preparation, hotTierMiss: true) }
-        guard entry.isFresh(at: now) else { return .prepared(preparation, hotTierMiss: false) }
-        if encoded, let hit = CachedReply.encoded(entry, endpoint: p.endpoint, now: now) {
-            let recipe = memo?.remember(incoming, route: route, session: session, key: key, endpoint: p.endpoint)
-            return .encodedHit(hit, recipe: recipe)
-        }
-        return .answer(CachedReply.make(entry, p, status: .hit, now: now))
+        let cache = self.cache
+        return RequestPlan.decide(prepare(incoming, choice), hotTier: { key in
+            // `mode: http` reads the request's directives and `Vary` first: the plan never asks for it.
+            guard let entry = cache.hotLookup(key, now: now) else { return .absent }
+            return entry.isFresh(at: now) ? .fresh(entry) : .notFresh
+        }, loopMiss: { p, key in
+            // No SQLite read can find the key, and no shared cache is to be asked.
+            guard shared == nil, !cache.mayHaveRow(key) else { return nil }
+            return exchange.firstAttemptWithoutWaiting(p)
+        }, hit: { entry, p, key in
+            if encoded, let hit = CachedReply.encoded(entry, endpoint: p.endpoint, now: now) {
+                let recipe = memo?.remember(incoming, route: route, session: session, key: key, endpoint: p.endpoint)
+                return .encodedHit(hit, recipe: recipe)
+            }
+            return .answer(CachedReply.make(entry, p, status: .hit, now: now))
+        })
     }
 
     /// The hit for a request recognised by its bytes (``HitMemo/Replay``), under the checks a
-    /// recipe passes in ``fastPath(_:encoded:)``: the same configuration object and
+    /// recipe passes in ``plan(_:encoded:onLoop:)``: the same configuration object and
     /// environment, the same session, a fresh hot-tier entry. `nil` sends the bytes to the
     /// parser and the full path.
     func replayedHit(of bytes: ByteBuffer) -> (hit: EncodedHit, incoming: IncomingRequest)? {
