@@ -37,7 +37,8 @@ public final class ConciergeDaemon: Sendable {
     let notifier: SystemdNotifier
     let hooks: HookDispatcher
     private let readiness = Readiness()
-    private let groupHandle = Mutex<ServiceGroup?>(nil)
+    /// The running service group's ``ShutdownRequestService``, told by ``shutdown()``.
+    private let shutdownRequests = Mutex<AsyncStream<Void>.Continuation?>(nil)
     private let shutdownRequested = Mutex(false)
 
     /// Opens storage and builds the pipeline; throws ``StorageError`` when the state path
@@ -147,9 +148,7 @@ public final class ConciergeDaemon: Sendable {
     /// Starts a graceful shutdown, as SIGTERM does.
     public func shutdown() {
         shutdownRequested.withLock { $0 = true }
-        if let group = groupHandle.withLock({ $0 }) {
-            Task { await group.triggerGracefulShutdown() }
-        }
+        shutdownRequests.withLock { $0 }?.yield()
     }
 
     /// Runs until SIGTERM/SIGINT (when `handleSignals`) or ``shutdown()``.
@@ -166,9 +165,13 @@ public final class ConciergeDaemon: Sendable {
         func add(_ service: any Service) {
             services.append(.init(service: service, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup))
         }
+        // First: the group stops services in reverse order, so hooks are delivered to the end.
+        add(hooks)
         add(CacheWriterService(cache: cache, logger: logger))
         if let fleet = lifecycle.fleet, let invalidations = lifecycle.fleetInvalidations {
-            add(FleetService(fleet: fleet, invalidations: invalidations, lifecycle: lifecycle))
+            // The pool before its users: it stops after them.
+            add(fleet.database.client)
+            add(FleetService(fleet: fleet, invalidations: invalidations, lifecycle: lifecycle, sharedCache: pipeline.shared))
         }
         // After the writer: the group stops services in reverse order, so refreshes end first.
         add(pipeline.revalidation)
@@ -185,12 +188,14 @@ public final class ConciergeDaemon: Sendable {
         }
         add(proxy)
         add(ScanStopService(cache: cache))
+        let (requests, requested) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        add(ShutdownRequestService(requests: requests))
         var configuration = ServiceGroupConfiguration(services: services, logger: logger)
         if handleSignals { configuration.gracefulShutdownSignals = [.sigterm, .sigint] }
         let serviceGroup = ServiceGroup(configuration: configuration)
-        groupHandle.withLock { $0 = serviceGroup }
-        if shutdownRequested.withLock({ $0 }) { await serviceGroup.triggerGracefulShutdown() }
-        defer { groupHandle.withLock { $0 = nil } }
+        shutdownRequests.withLock { $0 = requested }
+        if shutdownRequested.withLock({ $0 }) { requested.yield() }
+        defer { shutdownRequests.withLock { $0 = nil } }
         do {
             try await serviceGroup.run()
         } catch {

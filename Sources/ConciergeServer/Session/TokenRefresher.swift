@@ -95,6 +95,8 @@ public actor TokenRefresher {
         }
         let generation = session.generation
         let loopGuard = expirySignal ? config.maxRefreshes : nil
+        // Unstructured because the one token call is shared by every waiter: a waiter cancelled
+        // (its client gone) must not cancel the call the others await.
         let task = Task { await self.coordinated(current, stale: staleToken, loopGuard: loopGuard, generation: generation) }
         inFlight = task
         let outcome = await task.value
