@@ -188,6 +188,18 @@ def run(args, admin, proxy, daemon):
         check("requests per second change while a load runs", len(numbers) >= 2, sorted(seen))
         check("the endpoints table lists itemList",
               wait_until(driver, lambda: "itemList" in driver.find_element(By.ID, "endpoints").text))
+        def item_list_row():
+            # Read in one script: the table is drawn anew every second, so elements go stale.
+            return driver.execute_script(
+                "for (const tr of document.querySelectorAll('#endpoints tbody tr')) {"
+                "  const cells = [...tr.cells].map((c) => c.textContent);"
+                "  if (cells[0] === 'itemList') return cells; }"
+                "return null;")
+
+        def has_latency(row):
+            return row is not None and all(re.fullmatch(r"[0-9.]+ (µs|ms|s)", c) for c in row[3:5])
+        check("the endpoints table shows itemList's p50 and p99",
+              wait_until(driver, lambda: has_latency(item_list_row())), item_list_row())
         check("a hit ratio is shown", re.search(r"[0-9.]+ %", driver.find_element(By.ID, "k-hit").text) is not None)
         if args.screenshots:
             os.makedirs(args.screenshots, exist_ok=True)

@@ -31,7 +31,7 @@ extension StatusPage {
     <article class="card wide">
       <header><h2>Endpoints</h2><span class="hint">last 10 s</span></header>
       <table class="table" id="endpoints">
-        <thead><tr><th>endpoint</th><th class="r">req/s</th><th class="r">hit ratio</th><th class="r">5xx/s</th><th class="r">total</th></tr></thead>
+        <thead><tr><th>endpoint</th><th class="r">req/s</th><th class="r">hit ratio</th><th class="r">p50</th><th class="r">p99</th><th class="r">5xx/s</th><th class="r">total</th></tr></thead>
         <tbody></tbody>
       </table>
       <p class="empty" id="endpoints-empty">No requests yet.</p>

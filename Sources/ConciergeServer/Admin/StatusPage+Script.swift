@@ -138,16 +138,21 @@ function quantile(q, now, then) {
   return prevLe;
 }
 
+const noEndpoint = () => ({ total: 0, hits: 0, lookups: 0, errors: 0, latency: [] });
+
 function endpoints(series) {
   const table = new Map();
   for (const s of series) {
     if (s.name !== "concierge_requests_by_endpoint_total") continue;
-    const e = table.get(s.labels.endpoint) || { total: 0, hits: 0, lookups: 0, errors: 0 };
+    const e = table.get(s.labels.endpoint) || noEndpoint();
     e.total += s.value;
     if (s.labels.cache === "HIT" || s.labels.cache === "STALE") e.hits += s.value;
     if (s.labels.cache !== "NONE") e.lookups += s.value;
     if (s.labels.status && s.labels.status[0] === "5") e.errors += s.value;
     table.set(s.labels.endpoint, e);
+  }
+  for (const [name, e] of table) {
+    e.latency = buckets(series.filter((s) => s.labels.endpoint === name), "concierge_request_duration_seconds_bucket");
   }
   return table;
 }
@@ -233,11 +238,14 @@ function renderEndpoints(s, back) {
   const span = Math.max(s.time - back.time, 1);
   const rows = [...s.endpoints.entries()].sort((a, b) => b[1].total - a[1].total);
   for (const [name, e] of rows) {
-    const then = back.endpoints.get(name) || { total: 0, hits: 0, lookups: 0, errors: 0 };
+    const then = back.endpoints.get(name) || noEndpoint();
     const lookups = e.lookups - then.lookups;
     const hit = lookups > 0 ? (e.hits - then.hits) / lookups : (e.lookups > 0 ? e.hits / e.lookups : null);
+    // Over the window when it saw requests of this endpoint, else since the start.
+    const since = e.total - then.total > 0 && then.latency.length === e.latency.length ? then.latency : null;
     const tr = el("tr");
     tr.append(el("td", "", name), el("td", "r", fmt.n((e.total - then.total) / span)), el("td", "r", fmt.pct(hit)),
+              el("td", "r", fmt.ms(quantile(0.5, e.latency, since))), el("td", "r", fmt.ms(quantile(0.99, e.latency, since))),
               el("td", "r", fmt.n((e.errors - then.errors) / span)), el("td", "r", Math.round(e.total).toLocaleString()));
     body.append(tr);
   }

@@ -56,14 +56,20 @@ public final class ProxyStats: Sendable {
     private let cells: [Cell] = Counter.allCases.map { _ in Cell() }
     public let registry: PrometheusCollectorRegistry
     private let upstreamLatency: DurationHistogram
-    private let requestLatency: DurationHistogram
+    private let latencyBuckets: [Duration]
     private struct RequestKey: Hashable {
         var endpoint: String
         var cache: CacheStatus?
         var status: Int
     }
 
-    private let requestsByStatus = Mutex<[RequestKey: Prometheus.Counter]>([:])
+    /// The per-key counters and the per-endpoint latency histograms, made on first use.
+    private struct Instruments {
+        var counters: [RequestKey: Prometheus.Counter] = [:]
+        var latencies: [String: DurationHistogram] = [:]
+    }
+
+    private let instruments = Mutex(Instruments())
     private let entriesGauge: Gauge
     private let bytesGauge: Gauge
     private let storageDegradedGauge: Gauge
@@ -78,8 +84,7 @@ public final class ProxyStats: Sendable {
                                    .seconds(1), .seconds(2), .seconds(5), .seconds(10)]
         upstreamLatency = registry.makeDurationHistogram(descriptor: .named("concierge_upstream_duration_seconds",
             "Time of upstream exchanges, in seconds."), buckets: buckets)
-        requestLatency = registry.makeDurationHistogram(descriptor: .named("concierge_request_duration_seconds",
-            "Time from request to reply, in seconds."), buckets: buckets)
+        latencyBuckets = buckets
         entriesGauge = registry.makeGauge(descriptor: .named("concierge_cache_entries", "Entries in the cache."))
         bytesGauge = registry.makeGauge(descriptor: .named("concierge_cache_bytes", "Bytes of cached replies."))
         storageDegradedGauge = registry.makeGauge(descriptor: .named("concierge_storage_degraded",
@@ -96,7 +101,7 @@ public final class ProxyStats: Sendable {
     }
 
     /// Counts one finished client request: `requests`, its cache outcome, its replays, the
-    /// per-endpoint breakdown and the latency histogram.
+    /// per-endpoint breakdown and the endpoint's latency histogram.
     public func record(_ report: RequestReport, status: Int, duration: Duration) {
         increment(.requests)
         switch report.cache {
@@ -108,34 +113,41 @@ public final class ProxyStats: Sendable {
         }
         if report.replays > 0 { increment(.replays, by: report.replays) }
         let key = RequestKey(endpoint: report.endpoint, cache: report.cache, status: status)
-        counter(for: key).increment()
-        requestLatency.recordNanoseconds(duration.nanoseconds)
+        let last = instruments(for: key)
+        last.counter.increment()
+        last.latency.recordNanoseconds(duration.nanoseconds)
     }
 
-    /// The last request key this thread counted and its counter: a run of requests of one
-    /// kind (an event loop serving hits of one endpoint) skips the shared map and its lock.
-    private final class LastCounter: Sendable {
+    /// The last request key this thread counted, its counter and its endpoint's latency
+    /// histogram: a run of requests of one kind (an event loop serving hits of one endpoint)
+    /// skips the shared maps and their lock.
+    private final class LastInstruments: Sendable {
         let key: RequestKey
         let counter: Prometheus.Counter
+        let latency: DurationHistogram
 
-        init(key: RequestKey, counter: Prometheus.Counter) {
-            (self.key, self.counter) = (key, counter)
+        init(key: RequestKey, counter: Prometheus.Counter, latency: DurationHistogram) {
+            (self.key, self.counter, self.latency) = (key, counter, latency)
         }
     }
 
-    private let lastCounter = ThreadSpecificVariable<LastCounter>()
+    private let lastInstruments = ThreadSpecificVariable<LastInstruments>()
 
-    private func counter(for key: RequestKey) -> Prometheus.Counter {
-        if let last = lastCounter.currentValue, last.key == key { return last.counter }
-        let counter = requestsByStatus.withLock { map -> Prometheus.Counter in
-            if let c = map[key] { return c }
-            let c = registry.makeCounter(descriptor: .named("concierge_requests_by_endpoint_total",
-                "Client requests by endpoint, cache status and HTTP status."), labels: [("endpoint", key.endpoint), ("cache", key.cache?.rawValue ?? "NONE"), ("status", "\(key.status)")])
-            map[key] = c
-            return c
+    private func instruments(for key: RequestKey) -> LastInstruments {
+        if let last = lastInstruments.currentValue, last.key == key { return last }
+        let made = instruments.withLock { made -> LastInstruments in
+            let counter = made.counters[key] ?? registry.makeCounter(descriptor: .named("concierge_requests_by_endpoint_total",
+                "Client requests by endpoint, cache status and HTTP status."),
+                labels: [("endpoint", key.endpoint), ("cache", key.cache?.rawValue ?? "NONE"), ("status", "\(key.status)")])
+            made.counters[key] = counter
+            let latency = made.latencies[key.endpoint] ?? registry.makeDurationHistogram(
+                descriptor: .named("concierge_request_duration_seconds", "Time from request to reply, in seconds, by endpoint."),
+                labels: [("endpoint", key.endpoint)], buckets: latencyBuckets)
+            made.latencies[key.endpoint] = latency
+            return LastInstruments(key: key, counter: counter, latency: latency)
         }
-        lastCounter.currentValue = LastCounter(key: key, counter: counter)
-        return counter
+        lastInstruments.currentValue = made
+        return made
     }
 
     public func recordUpstream(duration: Duration) {
