@@ -17,8 +17,7 @@ extension FleetSession {
         // What this node's own token request gave, if it made one: never made twice, and not
         // held back more than `fleet.timeout` × 5 by storing it for the fleet (a connection lost
         // mid-way may leave that waiting).
-        let fetched = Mutex<TokenRefresher.Outcome?>(nil)
-        let fetching = Mutex(false)
+        let own = OwnTokenRequest()
         let (signals, signal) = AsyncStream.makeStream(of: RenewalSignal.self)
         let waiter = renewals.withLock { r in
             defer { r.next += 1 }
@@ -27,9 +26,9 @@ extension FleetSession {
         }
         defer { _ = renewals.withLock { $0.waiting.removeValue(forKey: waiter) } }
         let fetchOnce: @Sendable () async -> TokenRefresher.Outcome = {
-            fetching.withLock { $0 = true }
+            own.fetching.withLock { $0 = true }
             let outcome = await fetch()
-            fetched.withLock { $0 = outcome }
+            own.fetched.withLock { $0 = outcome }
             signal.yield(.fetched)
             return outcome
         }
@@ -40,7 +39,7 @@ extension FleetSession {
                     // A database that is down or frozen is found out within `fleet.timeout`; past
                     // this point only another node's token request is waited for.
                     try await self.answers()
-                    let outcome = try await self.underLock(waitingAtMost: lockWait, tokenTimeout: tokenTimeout, fetching: fetching) { row in
+                    let outcome = try await self.underLock(waitingAtMost: lockWait, tokenTimeout: tokenTimeout, fetching: own.fetching) { row in
                         try await self.decide(row, stale: stale, kind: kind, loopGuard: loopGuard, fetch: fetchOnce)
                     }
                     signal.yield(.done(.success(outcome)))
@@ -51,7 +50,7 @@ extension FleetSession {
             // Whatever the answer, the wait for the lock and the store's timer stop with it (each
             // call to PostgreSQL under way is left to its deadline, ``Deadline``).
             defer { group.cancelAll() }
-            return await awaitRenewal(signals, kind: kind, stale: stale, fetched: fetched, fetching: fetching) {
+            return await awaitRenewal(signals, kind: kind, stale: stale, fetched: own.fetched, fetching: own.fetching) {
                 group.addTask {
                     guard (try? await Task.sleep(for: storeWait)) != nil else { return }
                     signal.yield(.storeTimedOut)
@@ -143,6 +142,12 @@ extension FleetSession {
 
     /// How long one try waits for the row's lock (PostgreSQL's `lock_timeout`) before the next.
     var lockSlice: Duration { max(config.timeout * 2, .seconds(1)) }
+
+    /// This node's own token request in a renewal: whether it began, and what it gave.
+    final class OwnTokenRequest: Sendable {
+        let fetching = Mutex(false)
+        let fetched = Mutex<TokenRefresher.Outcome?>(nil)
+    }
 
     enum RenewalSignal: Sendable {
         case fetched
