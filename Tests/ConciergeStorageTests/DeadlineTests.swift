@@ -5,7 +5,7 @@ import Testing
 /// A call with a deadline that cannot be cancelled underneath its caller (`Deadline`), on a
 /// clock the test moves: the deadline hit, the work first, work that ignores its cancellation,
 /// an early answer, a cancelled caller, and the race for work that ends when cancelled.
-@Suite("Deadline")
+@Suite("Deadline", .timeLimit(.minutes(1)))
 struct DeadlineTests {
     /// Opened by the test, never by cancellation: what a call the database client never answers looks like.
     final class Gate: Sendable {
@@ -29,13 +29,19 @@ struct DeadlineTests {
         let started = Gate()
         let ended = Gate()
         let cancelled = Mutex<Bool?>(nil)
+        /// Opened when the work is cancelled.
+        let cancelling = Gate()
         /// Starts, waits on `gate` (heedless of cancellation), records whether it was cancelled.
         func hang(on gate: Gate) async -> Int {
-            started.open()
-            await gate.wait()
-            cancelled.withLock { $0 = Task.isCancelled }
-            ended.open()
-            return 1
+            await withTaskCancellationHandler {
+                started.open()
+                await gate.wait()
+                cancelled.withLock { $0 = Task.isCancelled }
+                ended.open()
+                return 1
+            } onCancel: {
+                cancelling.open()
+            }
         }
     }
 
@@ -50,6 +56,7 @@ struct DeadlineTests {
         #expect(work.cancelled.withLock { $0 } == nil)
         clock.advance(by: .seconds(1))
         await #expect(throws: Deadline.Exceeded.self) { try await caller.value }
+        await work.cancelling.wait()
         gate.open()
         await work.ended.wait()
         #expect(work.cancelled.withLock { $0 } == true, "the work is cancelled at the deadline")
@@ -79,9 +86,10 @@ struct DeadlineTests {
         #expect(value == 3)
         await clock.sleepers(1)
         clock.advance(by: .seconds(10))
+        await work.cancelling.wait()
         gate.open()
         await work.ended.wait()
-        #expect(work.cancelled.withLock { $0 } == true)
+        #expect(work.cancelled.withLock { $0 } == true, "the work left running is cancelled at the deadline")
     }
 
     @Test("work that ends without answering: the caller is answered at the limit")
