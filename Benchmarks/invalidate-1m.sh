@@ -67,23 +67,7 @@ sqlite3 "$DB" "SELECT count(*) FROM cache_entry" > /dev/null || die "no cache_en
 # 2. bulk fill
 log "writing $ENTRIES entries into $DB with sqlite3"
 fill_start=$(date +%s.%N)
-sqlite3 "$DB" > /dev/null <<EOF
-PRAGMA journal_mode = WAL;
-PRAGMA synchronous = OFF;
-BEGIN;
-WITH RECURSIVE c(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM c WHERE n < $ENTRIES - 1)
-INSERT INTO cache_entry (key, endpoint, user_id, status, stored_at, ttl, swr, sie, usable_until,
-                         version, size, last_access, headers, body)
-SELECT 'GET $UPSTREAM/api/items?n=' || n || ' v=1', 'itemList', NULL, 200,
-       strftime('%s', 'now'), 3600, 0, 0, strftime('%s', 'now') + 3600,
-       1, 200, strftime('%s', 'now'), '[["Content-Type","application/json"]]',
-       CAST('{"code":200,"data":{"list":[{"id":' || n || ',"name":"item ' || n || '"}],"served":1,"total":1000},"msg":"ok"}' AS BLOB)
-FROM c;
-$( [ "$BY" = tags ] && echo "WITH RECURSIVE c(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM c WHERE n < $ENTRIES - 1)
-INSERT INTO cache_tag (tag, key) SELECT 'd' || (n % 10), 'GET $UPSTREAM/api/items?n=' || n || ' v=1' FROM c;" )
-COMMIT;
-PRAGMA wal_checkpoint(TRUNCATE);
-EOF
+fill_entries "$DB" "$UPSTREAM" "$ENTRIES" 0 "$([ "$BY" = tags ] && echo 10 || echo 0)"
 fill_s=$(awk -v a="$fill_start" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}')
 rows=$(sqlite3 "$DB" "SELECT count(*) FROM cache_entry")
 db_mib=$(( $(stat -c %s "$DB") / 1048576 ))
@@ -91,8 +75,8 @@ log "$rows rows in ${fill_s}s, file ${db_mib} MiB"
 
 # Expected removals, counted independently of Concierge over the same n values.
 if [ "$BY" = tags ]; then
-    P1='["d7"]'
-    P2='["d3", "d5"]'
+    P1='["g7"]'
+    P2='["g3", "g5"]'
     E1=$(seq 0 $((ENTRIES - 1)) | grep -cE '7$' || true)
     E2=$(seq 0 $((ENTRIES - 1)) | grep -cE '[35]$' || true)
 else

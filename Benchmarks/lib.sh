@@ -311,3 +311,153 @@ http {
     scgi_temp_path $1/tmp/scgi;
 EOF
 }
+
+# --- filling a cache without the daemon ---------------------------------------------------
+
+# fill_entries DB UPSTREAM ENTRIES NOTE_BYTES [TAG_GROUPS]: writes ENTRIES rows straight into
+# the cache file DB (the schema made by a first start of the daemon) with sqlite3, as the daemon
+# would store GET /api/items?n=N (N = 0 … ENTRIES-1) of the itemList endpoint in
+# write_concierge_config's file: keys "GET UPSTREAM/api/items?n=N v=1", shared, status 200,
+# fresh for an hour. NOTE_BYTES > 0: a ~130 + NOTE_BYTES-byte body with a "note" of that many
+# x (size column 400); 0: a ~90-byte body (size 200). TAG_GROUPS > 0: every entry also carries
+# the tag "g<N % TAG_GROUPS>" (cache_tag rows, as a tagged store writes them). Written without
+# a journal (the daemon is stopped, a failed fill is thrown away) and left in WAL mode.
+fill_entries() {
+    local db=$1 upstream=$2 entries=$3 note=$4 groups=${5:-0} body size=200
+    body="'{\"code\":200,\"data\":{\"list\":[{\"id\":' || n || ',\"name\":\"item ' || n || '\"}],\"served\":1,\"total\":1000},\"msg\":\"ok\"}'"
+    if [ "$note" -gt 0 ]; then
+        size=400
+        body="'{\"code\":200,\"data\":{\"list\":[{\"id\":' || n || ',\"name\":\"item ' || n || '\",\"tags\":[\"a\",\"b\",\"c\"],\"note\":\"' || printf('%.${note}c', 'x') || '\"}],\"served\":1,\"total\":1000},\"msg\":\"ok\"}'"
+    fi
+    sqlite3 "$db" > /dev/null <<SQL
+PRAGMA journal_mode = OFF;
+PRAGMA synchronous = OFF;
+PRAGMA cache_size = -512000;
+BEGIN;
+WITH RECURSIVE c(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM c WHERE n < $entries - 1)
+INSERT INTO cache_entry (key, endpoint, user_id, status, stored_at, ttl, swr, sie, usable_until,
+                         version, size, last_access, headers, body)
+SELECT 'GET $upstream/api/items?n=' || n || ' v=1', 'itemList', NULL, 200,
+       strftime('%s', 'now'), 3600, 0, 0, strftime('%s', 'now') + 3600,
+       1, $size, strftime('%s', 'now'), '[["Content-Type","application/json"]]', CAST($body AS BLOB)
+FROM c;
+$( [ "$groups" -gt 0 ] && echo "WITH RECURSIVE c(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM c WHERE n < $entries - 1)
+INSERT INTO cache_tag (tag, key) SELECT 'g' || (n % $groups), 'GET $upstream/api/items?n=' || n || ' v=1' FROM c;" )
+COMMIT;
+PRAGMA journal_mode = WAL;
+SQL
+}
+
+# --- start-up ----------------------------------------------------------------------------------
+
+# timed_start CONFIG LOGFILE ADMIN_PORT: spawns Concierge ($CONCIERGE_BIN) and polls /health
+# every 5 ms from the spawn (a Python poller, so the time is the daemon's, not the script's);
+# sets CONCIERGE_PID (tracked) and READY_MS. The log is appended to.
+timed_start() {
+    READY_MS=$(python3 - "$CONCIERGE_BIN" "$1" "$2" "$3" "$WORK/timed-start.pid" <<'PY'
+import http.client, subprocess, sys, time
+binary, config, logfile, port, pidfile = sys.argv[1:6]
+out = open(logfile, "ab")
+began = time.monotonic()
+proc = subprocess.Popen([binary, "serve", "--config", config], stdout=out, stderr=out, start_new_session=True)
+open(pidfile, "w").write(str(proc.pid))
+while time.monotonic() - began < 120:
+    if proc.poll() is not None:
+        sys.exit("exited with %d" % proc.returncode)
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", int(port), timeout=1)
+        c.request("GET", "/health")
+        if c.getresponse().status == 200:
+            print("%.0f" % ((time.monotonic() - began) * 1000))
+            sys.exit(0)
+    except OSError:
+        pass
+    time.sleep(0.005)
+sys.exit("no /health after 120 s")
+PY
+    ) || { [ -s "$WORK/timed-start.pid" ] && track "$(cat "$WORK/timed-start.pid")"; die "Concierge did not start: $(tail -5 "$2")"; }
+    CONCIERGE_PID=$(cat "$WORK/timed-start.pid"); track "$CONCIERGE_PID"
+}
+
+# index_loaded LOGFILE [SECONDS]: waits (60 s unless told) for the writer's "cache index loaded"
+# line; prints its seconds ("never" when it did not come).
+index_loaded() {
+    local i limit=${2:-60}
+    for ((i = 0; i < limit * 10; i++)); do
+        if grep -q "cache index loaded" "$1"; then
+            grep "cache index loaded" "$1" | tail -1 | grep -o 'seconds[=": ]*[0-9.]*' | grep -o '[0-9.]*$'
+            return 0
+        fi
+        sleep 0.1
+    done
+    echo "never"
+}
+
+# --- callgrind -------------------------------------------------------------------------------
+
+# callgrind_prepare BINARY: what valgrind 3.19 (Debian 12) needs to run a Swift 6 binary, in
+# $WORK: CG_BIN, a copy with the DWARF 5 debug sections stripped (its debuginfo reader stops on
+# them; the symbol table stays, so do the names), and CG_SHIM, a 5-line LD_PRELOAD shim that
+# hands rt_sigsuspend a writable copy of the mask (valgrind edits it in place, libdispatch's is
+# read-only memory: SIGSEGV inside valgrind without it).
+callgrind_prepare() {
+    CG_BIN="$WORK/$(basename "$1")-callgrind"
+    objcopy --strip-debug "$1" "$CG_BIN"
+    cat > "$WORK/sigsuspend_shim.c" <<'C'
+#define _GNU_SOURCE
+#include <signal.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+/* valgrind 3.19 edits the mask passed to rt_sigsuspend in place; libdispatch's is read-only. */
+int sigsuspend(const sigset_t *mask) {
+    sigset_t copy = *mask;
+    return (int)syscall(SYS_rt_sigsuspend, &copy, _NSIG / 8);
+}
+C
+    CG_SHIM="$WORK/sigsuspend_shim.so"
+    cc -O2 -shared -fPIC -o "$CG_SHIM" "$WORK/sigsuspend_shim.c"
+}
+
+# callgrind_launcher OUTFILE [VALGRIND_OPTIONS...]: sets CG_LAUNCH, the command words that run
+# a program under callgrind with the shim (append "$CG_BIN" and its arguments).
+callgrind_launcher() {
+    local out=$1; shift
+    CG_LAUNCH=(env LD_PRELOAD="$CG_SHIM" valgrind --tool=callgrind --callgrind-out-file="$out" "$@")
+}
+
+# curl_batch FILE: every request of the curl config FILE over one keep-alive connection; fails
+# unless every answer is 200.
+curl_batch() {
+    local codes
+    codes=$(curl -sS --max-time 900 -K "$1" -w '%{http_code}\n' | sort | uniq -c)
+    echo "$codes" | awk '$2 != 200 {bad = 1} END {exit bad}' || die "non-200 answers under callgrind: $codes"
+}
+
+# callgrind_count PID LABEL BATCH REQUESTS OUT [AFTER...]: zeroes the counters of the
+# callgrind run PID, sends the curl config BATCH (REQUESTS requests), runs the command AFTER
+# when given (e.g. a wait for deferred work to be done, so it is counted), dumps the counters
+# as LABEL and copies the dump to OUT; OUT.top gets the per-request count and the top functions (bench_tools.py callgrind-top),
+# and the instructions per request are printed. The dump is looked for beside the run's
+# --callgrind-out-file, in $WORK.
+callgrind_count() {
+    local pid=$1 label=$2 batch=$3 requests=$4 out=$5 f
+    shift 5
+    callgrind_control -z "$pid" > "$WORK/cgctl.log" 2>&1 || die "callgrind_control -z failed: $(cat "$WORK/cgctl.log")"
+    log "callgrind: $requests requests ($label)"
+    curl_batch "$batch"
+    if [ $# -gt 0 ]; then "$@"; fi
+    sleep 1
+    callgrind_control -d "$label" "$pid" > "$WORK/cgctl.log" 2>&1 || die "callgrind_control -d failed: $(cat "$WORK/cgctl.log")"
+    f=$(grep -l "^desc: Trigger: dump $label\$" "$WORK"/*callgrind.out* 2>/dev/null | awk 'NR == 1')
+    [ -n "$f" ] || die "no callgrind dump $label in $WORK"
+    cp "$f" "$out"
+    python3 "$BENCH_REPO/Benchmarks/bench_tools.py" callgrind-top "$out" "$requests" --top "${TOP:-10}" | cg_demangle | cut -c1-200 > "$out.top"
+    sed -n '1s/.*= \([0-9,]*\) per request.*/\1/p' "$out.top" | tr -d ,
+}
+
+# cg_demangle: Swift symbols demangled (swift-demangle --simplified, or `swift demangle`) when present.
+cg_demangle() {
+    if command -v swift-demangle > /dev/null 2>&1; then swift-demangle --simplified
+    elif command -v swift > /dev/null 2>&1 && swift demangle --help > /dev/null 2>&1; then swift demangle --simplified
+    else cat; fi
+}

@@ -79,11 +79,7 @@ ensure_release_build
 mkdir -p "$OUT_DIR"
 make_workdir concierge-prof
 
-demangle() {
-    if command -v swift-demangle > /dev/null 2>&1; then swift-demangle --simplified
-    elif command -v swift > /dev/null 2>&1 && swift demangle --help > /dev/null 2>&1; then swift demangle --simplified
-    else cat; fi
-}
+demangle() { cg_demangle; }
 
 # nginx_conf DIR PROCESS_DIRECTIVES HTTP_BLOCK: DIR/nginx.conf (nginx_head, then the block), checked.
 nginx_conf() {
@@ -179,29 +175,11 @@ fi
 
 # --- callgrind ----------------------------------------------------------------------------------
 if [ "$PROFILER" != perf ]; then
-    objcopy --strip-debug "$CONCIERGE_BIN" "$WORK/concierge"
-    cat > "$WORK/sigsuspend_shim.c" <<'EOF'
-#define _GNU_SOURCE
-#include <signal.h>
-#include <unistd.h>
-#include <sys/syscall.h>
-/* valgrind 3.19 edits the mask passed to rt_sigsuspend in place; libdispatch's is read-only. */
-int sigsuspend(const sigset_t *mask) {
-    sigset_t copy = *mask;
-    return (int)syscall(SYS_rt_sigsuspend, &copy, _NSIG / 8);
-}
-EOF
-    cc -O2 -shared -fPIC -o "$WORK/sigsuspend_shim.so" "$WORK/sigsuspend_shim.c"
+    callgrind_prepare "$CONCIERGE_BIN"
+    callgrind_launcher "$WORK/callgrind.out"
     log "callgrind: starting Concierge under valgrind (slow: up to a minute)"
-    start_concierge callgrind env LD_PRELOAD="$WORK/sigsuspend_shim.so" \
-        valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.out" "$WORK/concierge"
+    start_concierge callgrind "${CG_LAUNCH[@]}" "$CG_BIN"
     VG_PID=$PID
-    # curl_batch FILE: all requests in FILE over one connection; fails unless every answer is 200.
-    curl_batch() {
-        local codes
-        codes=$(curl -sS --max-time 900 -K "$1" -w '%{http_code}\n' | sort | uniq -c)
-        echo "$codes" | awk '$2 != 200 {bad = 1} END {exit bad}' || die "non-200 answers under callgrind: $codes"
-    }
     urls() { # urls BASE KIND FROM TO: a curl config
         local i
         for ((i = $3; i <= $4; i++)); do
@@ -221,7 +199,7 @@ EOF
     # server; WAIT=1 waits for Concierge's writer to commit before the MISS dump.
     declare -A PER_REQUEST
     measure() {
-        local name=$1 pid=$2 base=$3 wait=$4 kind f
+        local name=$1 pid=$2 base=$3 wait=$4 kind after
         urls "$base" HIT 1 "$WARMUP" > "$WORK/$name-warm-hit.curl"; urls "$base" MISS 1 "$WARMUP" > "$WORK/$name-warm-miss.curl"
         urls "$base" HIT 1 "$CALLGRIND_REQUESTS" > "$WORK/$name-hit.curl"
         urls "$base" MISS $((WARMUP + 1)) $((WARMUP + CALLGRIND_REQUESTS)) > "$WORK/$name-miss.curl"
@@ -230,23 +208,16 @@ EOF
         if [ "$wait" = 1 ]; then wait_entries $((WARMUP + 1)); fi
         sleep 1
         for kind in HIT MISS; do
-            callgrind_control -z "$pid" > "$WORK/cgctl.log" 2>&1 || die "callgrind_control -z failed: $(cat "$WORK/cgctl.log")"
-            log "callgrind ($name): $CALLGRIND_REQUESTS $kind requests"
-            curl_batch "$WORK/$name-${kind,,}.curl"
-            if [ "$kind" = MISS ] && [ "$wait" = 1 ]; then wait_entries $((WARMUP + CALLGRIND_REQUESTS + 1)); fi
-            sleep 1
-            callgrind_control -d "$name-$kind" "$pid" > "$WORK/cgctl.log" 2>&1 || die "callgrind_control -d failed: $(cat "$WORK/cgctl.log")"
+            after=()
+            [ "$kind" = MISS ] && [ "$wait" = 1 ] && after=(wait_entries $((WARMUP + CALLGRIND_REQUESTS + 1)))
+            PER_REQUEST[$name-$kind]=$(callgrind_count "$pid" "$name-$kind" "$WORK/$name-${kind,,}.curl" "$CALLGRIND_REQUESTS" \
+                "$OUT_DIR/callgrind-$name-$kind.out" "${after[@]}")
         done
         for kind in HIT MISS; do
-            f=$(grep -l "^desc: Trigger: dump $name-$kind\$" "$WORK"/*callgrind.out* 2>/dev/null | awk 'NR == 1')
-            [ -n "$f" ] || die "no callgrind dump for $name $kind in $WORK"
-            cp "$f" "$OUT_DIR/callgrind-$name-$kind.out"
-            $TOOLS callgrind-top "$OUT_DIR/callgrind-$name-$kind.out" "$CALLGRIND_REQUESTS" --top "$TOP" | demangle | cut -c1-200 > "$WORK/top-$name-$kind.txt"
-            PER_REQUEST[$name-$kind]=$(sed -n '1s/.*= \([0-9,]*\) per request.*/\1/p' "$WORK/top-$name-$kind.txt" | tr -d ,)
             {
                 echo
                 echo "callgrind $name $kind (valgrind $(valgrind --version | sed 's/valgrind-//')), $CALLGRIND_REQUESTS sequential requests after $WARMUP of warm-up:"
-                cat "$WORK/top-$name-$kind.txt"
+                cat "$OUT_DIR/callgrind-$name-$kind.out.top"
             } | say
         done
     }
@@ -272,8 +243,8 @@ EOF
         }
     }"
         log "callgrind: starting nginx under valgrind"
-        valgrind --tool=callgrind --callgrind-out-file="$WORK/nginx-callgrind.out" \
-            nginx -e "$WORK/nginx/error.log" -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx/" > "$WORK/nginx.log" 2>&1 &
+        callgrind_launcher "$WORK/nginx-callgrind.out"
+        "${CG_LAUNCH[@]}" nginx -e "$WORK/nginx/error.log" -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx/" > "$WORK/nginx.log" 2>&1 &
         NG_PID=$!; track "$NG_PID"
         wait_http "http://127.0.0.1:$NGINX_PORT/api/items?limit=1" "$NG_PID" "$WORK/nginx.log" 120
         measure nginx "$NG_PID" "http://127.0.0.1:$NGINX_PORT/api/items?limit=1" 0
@@ -297,7 +268,8 @@ EOF
         objcopy --strip-debug "$RELEASE_DIR/nio-floor" "$WORK/nio-floor"
         FLOOR_PORT=$(free_port)
         log "callgrind: starting nio-floor under valgrind"
-        valgrind --tool=callgrind --callgrind-out-file="$WORK/floor-callgrind.out" "$WORK/nio-floor" --port "$FLOOR_PORT" > "$WORK/floor.log" 2>&1 &
+        callgrind_launcher "$WORK/floor-callgrind.out"
+        "${CG_LAUNCH[@]}" "$WORK/nio-floor" --port "$FLOOR_PORT" > "$WORK/floor.log" 2>&1 &
         FL_PID=$!; track "$FL_PID"
         wait_http "http://127.0.0.1:$FLOOR_PORT/api/items?limit=1" "$FL_PID" "$WORK/floor.log" 120
         measure floor "$FL_PID" "http://127.0.0.1:$FLOOR_PORT/api/items?limit=1" 0

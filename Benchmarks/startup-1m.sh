@@ -44,71 +44,15 @@ write_concierge_config "$WORK/concierge.yaml" "$PROXY_PORT" "$ADMIN_PORT" "$UPST
 SAMPLE_PID=$!; track "$SAMPLE_PID"
 wait_http "$UPSTREAM/api/items?limit=1" "$SAMPLE_PID" "$WORK/sample.log"
 
-# timed_start LABEL: spawns Concierge and polls /health every 5 ms from the spawn; sets
-# CONCIERGE_PID and READY_MS.
-timed_start() {
-    : > "$WORK/concierge.log"
-    READY_MS=$(python3 - "$CONCIERGE_BIN" "$WORK/concierge.yaml" "$WORK/concierge.log" "$ADMIN_PORT" "$WORK/pid" <<'PY'
-import http.client, subprocess, sys, time
-binary, config, logfile, port, pidfile = sys.argv[1:6]
-out = open(logfile, "ab")
-began = time.monotonic()
-proc = subprocess.Popen([binary, "serve", "--config", config], stdout=out, stderr=out, start_new_session=True)
-open(pidfile, "w").write(str(proc.pid))
-while time.monotonic() - began < 120:
-    if proc.poll() is not None:
-        sys.exit("exited with %d" % proc.returncode)
-    try:
-        c = http.client.HTTPConnection("127.0.0.1", int(port), timeout=1)
-        c.request("GET", "/health")
-        if c.getresponse().status == 200:
-            print("%.0f" % ((time.monotonic() - began) * 1000))
-            sys.exit(0)
-    except OSError:
-        pass
-    time.sleep(0.005)
-sys.exit("no /health after 120 s")
-PY
-    ) || die "Concierge did not start: $(tail -5 "$WORK/concierge.log")"
-    CONCIERGE_PID=$(cat "$WORK/pid"); track "$CONCIERGE_PID"
-}
-
-# index_loaded: waits (60 s at most) for the writer's "cache index loaded" line; prints its seconds.
-index_loaded() {
-    local i
-    for ((i = 0; i < 600; i++)); do
-        if grep -q "cache index loaded" "$WORK/concierge.log"; then
-            grep "cache index loaded" "$WORK/concierge.log" | tail -1 | grep -o 'seconds[=": ]*[0-9.]*' | grep -o '[0-9.]*$'
-            return 0
-        fi
-        sleep 0.1
-    done
-    echo "never"
-}
-
 x_cache_of() { curl -fsS -D - -o /dev/null "$1" | tr -d '\r' | awk 'tolower($1) == "x-cache:" {print $2}'; }
 stat_entries() { curl -fsS -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$ADMIN_PORT/stats" | python3 -c 'import json, sys; print(json.load(sys.stdin)["entries"])'; }
 
 log "creating the schema (first start of Concierge)"
-timed_start
+timed_start "$WORK/concierge.yaml" "$WORK/concierge.log" "$ADMIN_PORT"
 stop_pid "$CONCIERGE_PID" 10; untrack "$CONCIERGE_PID"
 
 log "writing $ENTRIES entries into $DB with sqlite3"
-sqlite3 "$DB" > /dev/null <<EOF
-PRAGMA journal_mode = WAL;
-PRAGMA synchronous = OFF;
-BEGIN;
-WITH RECURSIVE c(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM c WHERE n < $ENTRIES - 1)
-INSERT INTO cache_entry (key, endpoint, user_id, status, stored_at, ttl, swr, sie, usable_until,
-                         version, size, last_access, headers, body)
-SELECT 'GET $UPSTREAM/api/items?n=' || n || ' v=1', 'itemList', NULL, 200,
-       strftime('%s', 'now'), 3600, 0, 0, strftime('%s', 'now') + 3600,
-       1, 400, strftime('%s', 'now'), '[["Content-Type","application/json"]]',
-       CAST('{"code":200,"data":{"list":[{"id":' || n || ',"name":"item ' || n || '","tags":["a","b","c"],"note":"' || printf('%.200c', 'x') || '"}],"served":1,"total":1000},"msg":"ok"}' AS BLOB)
-FROM c;
-COMMIT;
-PRAGMA wal_checkpoint(TRUNCATE);
-EOF
+fill_entries "$DB" "$UPSTREAM" "$ENTRIES" 200
 rows=$(sqlite3 "$DB" "SELECT count(*) FROM cache_entry")
 body_mib=$(sqlite3 "$DB" "SELECT sum(length(body)) / 1048576 FROM cache_entry")
 db_mib=$(( $(stat -c %s "$DB") / 1048576 ))
@@ -117,17 +61,19 @@ log "$rows rows, bodies ${body_mib} MiB, file ${db_mib} MiB"
 PROBE="http://127.0.0.1:$PROXY_PORT/api/items?n=$((ENTRIES - 3))"
 declare -a clean_ms kill_ms loaded_s
 for ((run = 1; run <= RUNS; run++)); do
-    timed_start
+    : > "$WORK/concierge.log"
+    timed_start "$WORK/concierge.yaml" "$WORK/concierge.log" "$ADMIN_PORT"
     clean_ms+=("$READY_MS")
     [ "$(x_cache_of "$PROBE")" = HIT ] || die "a filled entry was not a HIT right after start-up"
-    loaded_s+=("$(index_loaded)")
+    loaded_s+=("$(index_loaded "$WORK/concierge.log")")
     entries=$(stat_entries)
     [ "$entries" -ge "$rows" ] || die "/stats counts $entries entries, the file holds $rows"
     rss=$(( $(rss_kib "$CONCIERGE_PID") / 1024 ))
     # Misses being written when the daemon is killed.
     ( for i in $(seq 1 200); do curl -sS -o /dev/null --max-time 10 "http://127.0.0.1:$PROXY_PORT/api/items?killed=$run-$i" & done; wait )
     kill -9 "$CONCIERGE_PID"; wait "$CONCIERGE_PID" 2>/dev/null || true; untrack "$CONCIERGE_PID"
-    timed_start
+    : > "$WORK/concierge.log"
+    timed_start "$WORK/concierge.yaml" "$WORK/concierge.log" "$ADMIN_PORT"
     kill_ms+=("$READY_MS")
     [ "$(x_cache_of "$PROBE")" = HIT ] || die "a filled entry was not a HIT right after a restart from kill -9"
     stop_pid "$CONCIERGE_PID" 10; untrack "$CONCIERGE_PID"

@@ -12,7 +12,9 @@ import NIOCore
 /// path: ``store(_:)`` fills the hot tier and queues the row for the single writer
 /// (``CacheWriter``, run by ``run()``), which commits queued work in one transaction, keeps the
 /// total under `maxBytes` (least recently used out) and applies invalidations in the order
-/// they were asked for. What the two sides share about the rows is the writer's ``KeyIndex``.
+/// they were asked for. What the two sides share about the rows is the writer's ``RowLedger``;
+/// the hot tier loses what an invalidation selects when the writer's batch ends, never before
+/// the work is queued (this object finds rows, the writer removes them).
 public final class CacheStore: Sendable {
     /// Listing row for the admin API; never holds a body.
     public struct EntrySummary: Sendable {
@@ -57,8 +59,8 @@ public final class CacheStore: Sendable {
         let (ceiling, unfinished) = try database.pool.read { db in
             (try Int64.fetchOne(db, sql: "SELECT MAX(rowid) FROM cache_entry") ?? 0, try InvalidationJournal.pending(db))
         }
-        let index = SharedKeyIndex(KeyIndex(loadingUpTo: ceiling))
-        reader = CacheReader(database: database, hot: hot, index: index, accesses: AccessLog(), clock: clock,
+        let ledger = SharedLedger(RowLedger(index: KeyIndex(loadingUpTo: ceiling)))
+        reader = CacheReader(database: database, hot: hot, ledger: ledger, accesses: AccessLog(), clock: clock,
                              logger: logger, encodeHead: encodeHead)
         writer = CacheWriter(reader: reader, maxBytes: maxBytes, groupCommitDelay: groupCommitDelay)
         writer.replayJournal(unfinished, ceiling: ceiling)
@@ -79,7 +81,7 @@ public final class CacheStore: Sendable {
     /// the index loads, any key may have one). Without I/O: with an empty hot tier, `false` is
     /// a miss known on the event loop.
     public func mayHaveRow(_ key: HashedKey) -> Bool {
-        reader.index.mayHaveRow(key.hash)
+        reader.ledger.mayHaveRow(key.hash)
     }
 
     /// Hot tier, then SQLite (promoting what it finds).
@@ -92,10 +94,10 @@ public final class CacheStore: Sendable {
 
     /// The entries and bytes stored; while the writer still reads the rows present at start-up
     /// (``isIndexLoading``), those read so far.
-    public var entryCount: Int { reader.index.totals.entries }
-    public var byteCount: Int { reader.index.totals.bytes }
+    public var entryCount: Int { reader.ledger.totals.entries }
+    public var byteCount: Int { reader.ledger.totals.bytes }
     /// Whether the writer still reads the rows present at start-up (about a second per million).
-    public var isIndexLoading: Bool { reader.index.isLoading }
+    public var isIndexLoading: Bool { reader.ledger.isLoading }
 
     /// Returns once the writer (``run()``) has read the rows present at start-up: at once when
     /// there were none, and when the writer stopped before it was done.
@@ -157,27 +159,18 @@ public final class CacheStore: Sendable {
     /// - Throws: ``KeyPatternError`` for a pattern that is invalid, exceeds a limit on some key
     ///   or ``patternScanLimit``: nothing is removed then.
     public func invalidate(_ criteria: InvalidationCriteria) async throws -> Int {
-        switch criteria {
-        case .pattern(let source):
+        if case .soft(let inner) = criteria { return try await markStale(inner) }
+        switch criteria.selection {
+        case .keys(let source):
             return try await invalidate(matching: KeyPattern(source))
-        case .soft(let inner):
-            return try await markStale(inner)
         case .tags(let tags):
             // What is queued first (it is older than this call), then the tag index.
             await flush()
             var matched = try await reader.rows(taggedWith: tags)
-            matched.selector = criteria.json
-            hot.remove(where: criteria)
-            hot.remove(keys: matched.keys)
-            return try await withCheckedThrowingContinuation { continuation in
-                writer.enqueue(.deleteMatched(matched, continuation))
-            }
-        case .all, .user, .endpoints:
-            break
-        }
-        hot.remove(where: criteria)
-        return try await withCheckedThrowingContinuation { continuation in
-            writer.enqueue(.invalidate(criteria, continuation))
+            matched.criteria = criteria
+            return try await perform { .deleteMatched(matched, $0) }
+        case .all, .rows:
+            return try await perform { .invalidate(criteria, $0) }
         }
     }
 
@@ -185,27 +178,21 @@ public final class CacheStore: Sendable {
     /// then served only as their stale windows (or validators) allow; returns how many were
     /// fresh. The hot tier drops them, so a hit reads the marked row.
     public func markStale(_ criteria: InvalidationCriteria) async throws -> Int {
+        if case .soft(let inner) = criteria { return try await markStale(inner) }
         var matched: CacheWriter.MatchedRows? = nil
-        switch criteria {
-        case .soft(let inner):
-            return try await markStale(inner)
-        case .pattern(let source):
+        switch criteria.selection {
+        case .keys(let source):
             let pattern = try KeyPattern(source)
             await flush()
-            let (rows, spent) = try await reader.rows(matching: pattern, within: Self.patternScanLimit)
-            matched = rows
-            try hot.removeKeys(matching: pattern, until: .now + (Self.patternScanLimit - spent))
+            matched = try await rows(matching: pattern, within: Self.patternScanLimit)
         case .tags(let tags):
             await flush()
             matched = try await reader.rows(taggedWith: tags)
-            hot.remove(where: criteria)
-        case .all, .user, .endpoints:
-            hot.remove(where: criteria)
+        case .all, .rows:
+            break
         }
-        if let matched { hot.remove(keys: matched.keys) }
-        return try await withCheckedThrowingContinuation { continuation in
-            writer.enqueue(.markStale(matched, criteria, continuation))
-        }
+        matched?.criteria = criteria
+        return try await perform { .markStale(matched, criteria, $0) }
     }
 
     /// Pattern invalidation, matched off the writer: what is queued is committed first (it is
@@ -214,13 +201,25 @@ public final class CacheStore: Sendable {
     /// shutdown never wait for the scan; a scan that exceeds a limit removes nothing.
     public func invalidate(matching pattern: KeyPattern, within limit: Duration = patternScanLimit) async throws -> Int {
         await flush()
+        var matched = try await rows(matching: pattern, within: limit)
+        matched.criteria = .pattern(pattern.source)
+        return try await perform { .deleteMatched(matched, $0) }
+    }
+
+    /// The rows whose key the pattern matches, and the hot tier's keys it matches (which the
+    /// tier loses once the writer's batch ends), within `limit` together.
+    private func rows(matching pattern: KeyPattern, within limit: Duration) async throws -> CacheWriter.MatchedRows {
         let (found, spent) = try await reader.rows(matching: pattern, within: limit)
         var matched = found
-        matched.selector = InvalidationCriteria.pattern(pattern.source).json
         // The hot tier's keys get what the scan left of the limit.
-        try hot.removeKeys(matching: pattern, until: .now + (limit - spent))
-        return try await withCheckedThrowingContinuation { continuation in
-            writer.enqueue(.deleteMatched(matched, continuation))
+        matched.keys += try hot.keys(matching: pattern, until: .now + (limit - spent))
+        return matched
+    }
+
+    /// Queues work that answers with a count of entries, and waits for the answer.
+    private func perform(_ work: (CheckedContinuation<Int, any Error>) -> CacheWriter.Work) async throws -> Int {
+        try await withCheckedThrowingContinuation { continuation in
+            writer.enqueue(work(continuation))
         }
     }
 
@@ -234,10 +233,11 @@ public final class CacheStore: Sendable {
         }
     }
 
-    /// Returns once everything queued before the call is committed.
-    public func flush() async {
+    /// Returns once everything queued before the call is committed, and `droppingFromMemory`
+    /// (keys) left the hot tier then.
+    public func flush(droppingFromMemory keys: [String] = []) async {
         await withCheckedContinuation { continuation in
-            writer.enqueue(.barrier(continuation))
+            writer.enqueue(.barrier(keys, continuation))
         }
     }
 

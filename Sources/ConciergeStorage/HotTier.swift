@@ -183,11 +183,17 @@ public final class HotTier: Sendable {
         return keys
     }
 
-    /// Removes the entries whose key the pattern matches. The keys are copied under the lock
-    /// and matched outside it, so a pattern never stalls a hit.
+    /// Removes the entries whose key the pattern matches (``keys(matching:until:)``).
     /// - Throws: ``KeyPatternError`` when a match exceeds a limit or `deadline` passes;
     ///   nothing is removed then.
     public func removeKeys(matching pattern: KeyPattern, until deadline: ContinuousClock.Instant) throws(KeyPatternError) {
+        remove(keys: try keys(matching: pattern, until: deadline))
+    }
+
+    /// The keys the pattern matches. The keys are copied under the lock and matched outside
+    /// it, so a pattern never stalls a hit.
+    /// - Throws: ``KeyPatternError`` when a match exceeds a limit or `deadline` passes.
+    func keys(matching pattern: KeyPattern, until deadline: ContinuousClock.Instant) throws(KeyPatternError) -> [String] {
         let keys: [String] = state.withLock { s in s.index.keys.map(\.text) }
         let matcher = pattern.matcher()
         var matched: [String] = []
@@ -195,7 +201,7 @@ public final class HotTier: Sendable {
             if n % ScanBound.checkEvery == 0, ContinuousClock.now >= deadline { throw .deadlineExceeded(CacheStore.patternScanLimit, keysScanned: n) }
             if try matcher.matches(key) { matched.append(key) }
         }
-        remove(keys: matched)
+        return matched
     }
 
     public func remove(keys: [String]) {

@@ -44,7 +44,7 @@ enum EffectiveConfig {
             texts.isEmpty ? "\(numbers.sorted())" : "[\((numbers.sorted().map(String.init) + texts.sorted().map { "\"\($0)\"" }).joined(separator: ", "))]"
         }
         var lines: [String] = []
-        lines.append("listen: proxy \(c.listen.proxy), admin \(c.listen.admin)")
+        lines.append("listen: proxy \(c.listen.proxyListeners.map(\.description).joined(separator: ", ")), admin \(c.listen.admin)")
         lines.append("admin token: \(c.admin.token != nil ? "set (inline or CONCIERGE_ADMIN_TOKEN)" : c.admin.tokenFile.map { "from \($0)" } ?? "NOT SET (admin listener disabled)")")
         lines.append("storage: \(c.storage.path), max \(c.storage.maxBytes) bytes, memory tier \(c.storage.memoryBytes) bytes")
         lines.append("upstreams:")

@@ -35,8 +35,16 @@ public struct ConciergeConfig: Sendable {
     }
 
     public struct Listen: Sendable {
-        public var proxy: SocketAddressSpec
+        /// `listen.proxy`: every proxy listener, at least one (docs/local-access.md).
+        public var proxyListeners: [ProxyListener]
         public var admin: SocketAddressSpec
+        /// The first proxy listener's address.
+        public var proxy: SocketAddressSpec { proxyListeners[0].address }
+
+        public init(proxy: SocketAddressSpec, admin: SocketAddressSpec) {
+            (proxyListeners, self.admin) = ([ProxyListener(address: proxy)], admin)
+        }
+
         /// Extra `Host` names both listeners answer (`.example.com`: any subdomain), besides
         /// their own address, the loopback names and the upstreams' hosts.
         public var allowedHosts: [String] = []
@@ -114,6 +122,8 @@ public struct ConciergeConfig: Sendable {
         public var refreshAhead: Duration = .seconds(30)
         /// Loop guard: at most `count` token calls within `within`.
         public var maxRefreshes: RefreshLimit = RefreshLimit(count: 5, within: .seconds(60))
+        /// `clients`: who may use the session (docs/local-access.md); `nil`: anyone.
+        public var clients: SessionClients? = nil
 
         /// What kind of token the session holds under this configuration.
         public var kind: SessionTokens.Kind { appToken == nil ? .user : .app }

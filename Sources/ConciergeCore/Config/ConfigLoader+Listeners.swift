@@ -5,7 +5,8 @@ import Yams
 /// The sections about Concierge itself: listeners, admin token, storage, log, limits, hooks.
 extension ConfigLoader {
     /// `listen`: where the proxy and admin listeners bind, and the extra host names allowed.
-    static func listenSection(_ node: Node?, _ r: YAMLReader) -> ConciergeConfig.Listen {
+    /// `sessions`: each listener's `session`, checked once the sessions are read.
+    static func listenSection(_ node: Node?, _ r: YAMLReader, sessions: inout [ListenerSessionReference]) -> ConciergeConfig.Listen {
         var listen = ConciergeConfig.Listen(proxy: .tcp(host: "127.0.0.1", port: 8080), admin: .tcp(host: "127.0.0.1", port: 8081))
         if let node, let m = r.mapping(node, "listen", allowed: ["proxy", "admin", "allowed_hosts"]) {
             if let n = m["allowed_hosts"], let items = r.sequence(n, "listen.allowed_hosts") {
@@ -19,9 +20,7 @@ extension ConfigLoader {
                     }
                 }
             }
-            if let n = m["proxy"], let s = r.string(n, "listen.proxy") {
-                if let a = SocketAddressSpec.parse(s), case .tcp = a { listen.proxy = a } else { r.fail("listen.proxy", n, "expected host:port, found '\(s)'") }
-            }
+            if let n = m["proxy"], let listeners = proxyListeners(n, r, sessions: &sessions) { listen.proxyListeners = listeners }
             if let n = m["admin"], let s = r.string(n, "listen.admin") {
                 if let a = SocketAddressSpec.parse(s) { listen.admin = a } else { r.fail("listen.admin", n, "expected host:port or unix:/path, found '\(s)'") }
             }

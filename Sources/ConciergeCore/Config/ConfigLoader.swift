@@ -102,7 +102,8 @@ public enum ConfigLoader {
     /// The whole schema, one section per top-level key, in the order their errors are reported.
     static func build(_ root: Node, _ r: YAMLReader, environment: [String: String]) -> ConciergeConfig? {
         guard let top = r.mapping(root, "", allowed: topKeys) else { return nil }
-        let listen = listenSection(top["listen"], r)
+        var listenerSessions: [ListenerSessionReference] = []
+        let listen = listenSection(top["listen"], r, sessions: &listenerSessions)
         let admin = adminSection(top["admin"], r, environment: environment)
         let storage = storageSection(top["storage"], r)
         let upstreams = upstreamsSection(top["upstreams"], root: root, r)
@@ -121,9 +122,11 @@ public enum ConfigLoader {
         let hooks = hooksSection(top["hooks"], r)
         let fleet = fleetSection(top["fleet"], r)
         guard !upstreams.isEmpty else { return nil }
-        return ConciergeConfig(listen: listen, admin: admin, storage: storage, upstreams: upstreams, environment: environmentName,
-                               common: common, envelope: envelope, session: session, cache: cache, endpoints: endpoints,
-                               log: log, limits: limits, signing: signing, hooks: hooks, fleet: fleet)
+        let config = ConciergeConfig(listen: listen, admin: admin, storage: storage, upstreams: upstreams, environment: environmentName,
+                                     common: common, envelope: envelope, session: session, cache: cache, endpoints: endpoints,
+                                     log: log, limits: limits, signing: signing, hooks: hooks, fleet: fleet)
+        checkListenerSessions(listenerSessions, known: config.sessionNames, r)
+        return config
     }
 
     /// `session`: where the token goes, how it is captured and renewed.
@@ -134,7 +137,9 @@ public enum ConfigLoader {
         var tokenUpstreamNodes: [(path: String, node: Node, name: String)] = []
         if let node, let m = r.mapping(node, "session", allowed: [
             "inject", "capture", "refresh", "not_logged_in", "app_token", "refresh_on_status", "refresh_ahead", "max_refreshes", "revoke",
+            "clients",
         ]) {
+            if let n = m["clients"] { session.clients = sessionClients(n, "session.clients", r) }
             if let n = m["inject"] { session.inject = injectPoints(n, r) }
             if let n = m["capture"], let cm = r.mapping(n, "session.capture", allowed: [
                 "endpoint", "access_token", "refresh_token", "user_id", "expires_in", "redact",

@@ -19,6 +19,9 @@ public final class RuntimeConfig: Sendable {
     public let hostPolicy: HostPolicy
     /// Masks credentials in log lines.
     public let redactor: SecretRedactor
+    /// Some session has `clients`: requests are checked (``SessionAccess``); otherwise that
+    /// check costs one load of this flag.
+    public let accessControlled: Bool
 
     public init(config: ConciergeConfig) {
         settings = config
@@ -28,7 +31,7 @@ public final class RuntimeConfig: Sendable {
         envelope = EnvelopeReader(envelope: config.envelope)
         tokenParamNames = injector.paramNames
         var listenerHosts: [String] = []
-        for spec in [config.listen.proxy, config.listen.admin] {
+        for spec in config.listen.proxyListeners.map(\.address) + [config.listen.admin] {
             if case .tcp(let host, _) = spec { listenerHosts.append(host) }
         }
         hostPolicy = HostPolicy(listenerHosts: listenerHosts, allowedHosts: config.listen.allowedHosts,
@@ -46,6 +49,7 @@ public final class RuntimeConfig: Sendable {
         redactor = SecretRedactor(extraNames: masked)
         keyExclusions = config.cache.volatileParams.union(injector.paramNames)
         excludedKeyParams = ExcludedParams(keyExclusions)
+        accessControlled = config.hasSessionClients
     }
 
     /// The signing settings that apply to an endpoint.

@@ -26,8 +26,10 @@ struct BatchRunner: Sendable {
             }
         }
         for name in ["x-forwarded-for"] { if let v = parent.headers.first(name: name) { h.replaceOrAdd(name: name, value: v) } }
-        return IncomingRequest(method: step.method, target: path, headers: h, body: .buffered(buffer),
-                               clientAddress: parent.clientAddress, isSubRequest: true)
+        var incoming = IncomingRequest(method: step.method, target: path, headers: h, body: .buffered(buffer),
+                                       clientAddress: parent.clientAddress, isSubRequest: true)
+        incoming.identity = parent.identity
+        return incoming
     }
 
     func run(_ request: IncomingRequest) async -> (answer: ProxyAnswer, body: ByteBuffer) {

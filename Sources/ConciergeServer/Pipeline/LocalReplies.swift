@@ -9,6 +9,11 @@ enum LocalReplies {
         return (.json(notLoggedIn.status, notLoggedIn.body), config.envelope.code(in: notLoggedIn.body))
     }
 
+    /// A request for a session its peer may not use (`clients`): nothing is forwarded.
+    static func sessionNotAllowed(_ name: String) -> ProxyReply {
+        .error(403, "session not allowed: \(name)")
+    }
+
     /// `envelope.unavailable` (upstream down, token unobtainable), with the given status.
     static func unavailable(_ config: RuntimeConfig, status: Int? = nil) -> ProxyReply {
         .json(status ?? config.settings.envelope.unavailable.status, config.settings.envelope.unavailable.body)

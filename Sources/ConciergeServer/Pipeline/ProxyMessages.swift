@@ -23,6 +23,8 @@ public struct IncomingRequest: Sendable {
     /// The endpoint, when the listener routed the request as its head arrived (so it is
     /// routed once); `nil` to route it in the pipeline.
     public var route: PreparedRequest.Route? = nil
+    /// Who sent it, and the session its listener names (``SessionAccess``).
+    public var identity = ConnectionIdentity.anonymous
 
     public init(method: String, target: String, headers: HTTPHeaders, body: Body = .buffered(ByteBuffer()),
                 clientAddress: String? = nil, isSubRequest: Bool = false) {

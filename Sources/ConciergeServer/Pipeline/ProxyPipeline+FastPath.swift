@@ -23,6 +23,8 @@ extension ProxyPipeline {
     ///   HTTP/1.1 `GET`).
     func fastPath(_ incoming: IncomingRequest, encoded: Bool = false) -> FastPath {
         let route = incoming.route ?? runtime.route(method: incoming.method, target: incoming.target)
+        // Before the hit memo, which answers without preparing.
+        if route.config.accessControlled, let refused = accessRefusal(incoming, route: route) { return .answer(refused) }
         let session = self.session.current
         let memo = encoded ? hitMemos.current : nil
         let now = cache.clock.now
@@ -51,7 +53,8 @@ extension ProxyPipeline {
     func replayedHit(of bytes: ByteBuffer) -> (hit: EncodedHit, incoming: IncomingRequest)? {
         guard let replay = hitMemos.current.replay(for: bytes) else { return nil }
         let (config, environment) = runtime.snapshot
-        guard replay.recipe.holds(config: config, environment: environment, session: session.current),
+        // Remembered bytes say nothing of who sent them: with `clients`, the parsed path checks.
+        guard !config.accessControlled, replay.recipe.holds(config: config, environment: environment, session: session.current),
               let hit = freshHit(replay.recipe, now: cache.clock.now) else { return nil }
         return (hit, replay.incoming)
     }

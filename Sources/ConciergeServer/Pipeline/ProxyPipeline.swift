@@ -54,6 +54,7 @@ public final class ProxyPipeline: Sendable {
     }
 
     func prepare(_ incoming: IncomingRequest, route: PreparedRequest.Route, session: SessionTokens?) -> Preparation {
+        if route.config.accessControlled, let refused = accessRefusal(incoming, route: route) { return .answer(refused) }
         var buffered: ByteBuffer? = nil
         if case .buffered(let body) = incoming.body { buffered = body }
         let received = PreparedRequest.Received(method: incoming.method, target: incoming.target, headers: incoming.headers,

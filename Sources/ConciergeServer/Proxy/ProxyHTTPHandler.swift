@@ -42,6 +42,8 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// request costs a timestamp, not a timer.
     private var deadlineTimer: RepeatedTask?
     private var remoteAddress: String?
+    /// The peer and the listener's session, decided at accept.
+    private let identity: ConnectionIdentity
     /// Where ready bytes are written: below the response encoder.
     private var encoderContext: ChannelHandlerContext?
     /// The `Host` this connection's last request was allowed with (``RequestHeadCheck``).
@@ -55,9 +57,8 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// The body of the running request while it streams in.
     private var streamedBody: (continuation: AsyncThrowingStream<ByteBuffer, any Error>.Continuation, outcome: ClientBodyOutcome)?
 
-    init(responder: any ProxyResponder, requests: RequestWorkQueue) {
-        self.responder = responder
-        self.requests = requests
+    init(responder: any ProxyResponder, requests: RequestWorkQueue, identity: ConnectionIdentity = .anonymous) {
+        (self.responder, self.requests, self.identity) = (responder, requests, identity)
         machine = ProxyConnectionStateMachine(limits: .init(responder.currentConfig.settings.limits))
     }
 
@@ -210,6 +211,7 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let head = request.head
         var incoming = IncomingRequest(method: head.method.wireName, target: head.uri, headers: head.headers, clientAddress: remoteAddress)
         incoming.route = routeOfNextDispatch
+        incoming.identity = identity
         routeOfNextDispatch = nil
         switch body {
         case .buffered(let buffer):

@@ -155,10 +155,9 @@ public final class ConciergeDaemon: Sendable {
     public func run(handleSignals: Bool = true) async throws {
         let config = runtime.current.settings
         let context = ProxyServerContext(pipeline: pipeline, stats: stats, requestLog: RequestLog(logger: requestLogger))
-        guard case .tcp(let proxyHost, let proxyPort) = config.listen.proxy else { preconditionFailure("validated by the loader") }
         let readiness = self.readiness
         let connections = OpenConnections()
-        let proxy = ProxyListener(context: context, host: proxyHost, port: proxyPort, group: group, logger: logger,
+        let proxy = ProxyListener(context: context, listeners: config.listen.proxyListeners, group: group, logger: logger,
                                   onBound: { readiness.proxyBound($0) }, connections: connections)
 
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = []
@@ -287,7 +286,9 @@ public final class ConciergeDaemon: Sendable {
             let config = try ConfigLoader.load(path: configPath)
             let old = runtime.current.settings
             var notes: [String] = []
-            if config.listen.proxy != old.listen.proxy || config.listen.admin != old.listen.admin { notes.append("listen addresses change only on restart") }
+            if config.listen.proxyListeners != old.listen.proxyListeners || config.listen.admin != old.listen.admin {
+                notes.append("listen addresses change only on restart")
+            }
             if config.storage.path != old.storage.path { notes.append("storage.path changes only on restart") }
             runtime.replace(with: config)
             let message = "configuration reloaded from \(configPath)" + (notes.isEmpty ? "" : " (\(notes.joined(separator: "; ")))")

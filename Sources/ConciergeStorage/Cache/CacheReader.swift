@@ -10,11 +10,11 @@ import Synchronization
 /// The cache's read side: the hot tier first (no I/O), then one cached prepared statement on a
 /// WAL reader, promoting what it finds. Never writes SQLite; the accesses it sees go to the
 /// writer's ``AccessLog`` (least-recently-used order), and the rows it may serve are the
-/// ``KeyIndex``'s answer.
+/// ``RowLedger``'s answer. It never removes entries from the hot tier: the writer does.
 final class CacheReader: Sendable {
     let database: StorageDatabase
     let hot: HotTier
-    let index: SharedKeyIndex
+    let ledger: SharedLedger
     let accesses: AccessLog
     let clock: WallClock
     let logger: Logger
@@ -23,9 +23,9 @@ final class CacheReader: Sendable {
     /// Encodes an entry's head as it enters the hot tier (`nil`: hits build their head).
     private let encodeHead: (@Sendable (CacheEntry) -> EncodedHead?)?
 
-    init(database: StorageDatabase, hot: HotTier, index: SharedKeyIndex, accesses: AccessLog, clock: WallClock,
+    init(database: StorageDatabase, hot: HotTier, ledger: SharedLedger, accesses: AccessLog, clock: WallClock,
          logger: Logger, encodeHead: (@Sendable (CacheEntry) -> EncodedHead?)?) {
-        (self.database, self.hot, self.index, self.accesses) = (database, hot, index, accesses)
+        (self.database, self.hot, self.ledger, self.accesses) = (database, hot, ledger, accesses)
         (self.clock, self.logger, self.encodeHead) = (clock, logger, encodeHead)
     }
 
@@ -57,7 +57,7 @@ final class CacheReader: Sendable {
         let now = clock.now
         let hashed = HashedKey(key)
         if let entry = hotLookup(hashed, now: now) { return entry }
-        guard let began = index.beginReadIfPresent(hashed.hash) else { return nil }
+        guard let began = ledger.beginReadIfPresent(hashed.hash) else { return nil }
         var found: (rowid: Int64, entry: CacheEntry)?
         do {
             found = try await database.pool.read { db -> (Int64, CacheEntry)? in
@@ -71,7 +71,7 @@ final class CacheReader: Sendable {
         } catch {
             logger.error("cache read failed", metadata: ["error": "\(error)"])
         }
-        guard index.endRead(began, rowid: found?.rowid), let entry = found?.entry else { return nil }
+        guard ledger.endRead(began, rowid: found?.rowid), let entry = found?.entry else { return nil }
         if now >= entry.usableUntil { return nil }
         putHot(entry)
         accesses.record(entry.key, at: now)
@@ -99,8 +99,8 @@ final class CacheReader: Sendable {
         var scanned = 0
         while result.count <= limit {
             try bound.check(scanned: 0)
-            let began = index.beginRead()
-            defer { index.endRead(began) }
+            let began = ledger.beginRead()
+            defer { ledger.endRead(began) }
             let from = after
             let rows = try await database.pool.read { db in
                 try Row.fetchAll(db, sql: """
@@ -116,7 +116,7 @@ final class CacheReader: Sendable {
                 if matcher != nil { try bound.check(scanned: scanned) }
                 scanned += 1
                 if let matcher, try !matcher.matches(key) { continue }
-                if index.isDoomed(row["rowid"]) { continue }
+                if ledger.isDoomed(row["rowid"]) { continue }
                 let storedAt: Double = row["stored_at"], ttl: Double = row["ttl"]
                 let tags = (row["tags"] as String?).map { $0.split(separator: "\u{1F}").map(String.init).sorted() } ?? []
                 result.append(CacheStore.EntrySummary(key: key, endpoint: row["endpoint"], userID: row["user_id"], size: row["size"],

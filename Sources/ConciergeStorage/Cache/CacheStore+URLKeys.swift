@@ -12,15 +12,13 @@ extension CacheStore {
     /// tiers; returns how many rows went. `hotKeys`: keys extending those URL keys that only the
     /// hot tier may hold (stored while storage refused writes).
     ///
-    /// The hot tier loses the keys first, so an error of SQLite leaves no entry of these URLs
-    /// in memory.
+    /// The hot tier loses the keys first (as what is queued before this call commits, which the
+    /// writer does), so an error of SQLite leaves no entry of these URLs in memory.
     /// - Throws: the storage error that kept the rows from being read or deleted.
     public func invalidate(urlKeys: [String], hotKeys: [String] = []) async throws -> Int {
-        hot.remove(keys: urlKeys + hotKeys)
         // What is queued first (it is older than this call), then the key index.
-        await flush()
+        await flush(droppingFromMemory: urlKeys + hotKeys)
         let matched = try await reader.rows(underURLKeys: urlKeys)
-        hot.remove(keys: matched.keys)
         guard !matched.rows.isEmpty else { return 0 }
         return try await withCheckedThrowingContinuation { continuation in
             writer.enqueue(.deleteMatched(matched, continuation))

@@ -30,12 +30,14 @@ extension CacheWriter {
         static let sliceRows = 2000
     }
 
-    /// Rows a pattern scan or the tag index matched: the writer deletes those still there under
-    /// the same key. `selector` is the invalidation's criteria as JSON, for its journal record.
+    /// Rows a pattern scan, the tag index or URL keys matched: the writer deletes those still
+    /// there under the same key. `keys` leave the hot tier once the work's batch ends (the rows'
+    /// keys, and those only the hot tier holds), with the entries `criteria` select there
+    /// (``InvalidationCriteria/selectsByEntry``); the criteria's JSON goes in a journal record.
     struct MatchedRows: Sendable {
         var rows: [KeyIndex.Row]
         var keys: [String]
-        var selector = ""
+        var criteria: InvalidationCriteria? = nil
     }
 
     /// Pattern or tag invalidation, once the rows were found off the writer: those still holding
@@ -45,9 +47,8 @@ extension CacheWriter {
     func deleteMatched(_ matchedRows: MatchedRows, in db: Database, now: Double) throws -> Int {
         let check = try db.cachedStatement(sql: "SELECT key, size FROM cache_entry WHERE rowid = ?")
         let raw = check.sqliteStatement
-        var matched: [KeyIndex.Row] = []
-        var keys: [String] = []
-        for candidate in matchedRows.rows where !index.isDoomed(candidate.rowid) {
+        var matched: [RowLedger.Deleted] = []
+        for candidate in matchedRows.rows where !ledger.isDoomed(candidate.rowid) {
             sqlite3_reset(raw)
             sqlite3_bind_int64(raw, 1, candidate.rowid)
             let rc = sqlite3_step(raw)
@@ -56,21 +57,20 @@ extension CacheWriter {
             guard let text = sqlite3_column_text(raw, 0) else { continue }
             let key = UnsafeRawBufferPointer(start: text, count: Int(sqlite3_column_bytes(raw, 0)))
             guard KeyHash.of(key) == candidate.hash else { continue }
-            matched.append(KeyIndex.Row(rowid: candidate.rowid, hash: candidate.hash, size: Int(sqlite3_column_int64(raw, 1))))
-            if matched.count <= Self.inlineDeleteLimit { keys.append(String(decoding: key, as: UTF8.self)) }
+            let row = KeyIndex.Row(rowid: candidate.rowid, hash: candidate.hash, size: Int(sqlite3_column_int64(raw, 1)))
+            // The key only while the rows may be deleted at once (a doom needs none).
+            matched.append(RowLedger.Deleted(row: row, key: matched.count < Self.inlineDeleteLimit ? String(decoding: key, as: UTF8.self) : ""))
         }
         sqlite3_reset(raw)
         guard !matched.isEmpty else { return 0 }
         if matched.count <= Self.inlineDeleteLimit {
             let delete = try db.cachedStatement(sql: "DELETE FROM cache_entry WHERE rowid = ?")
-            for row in matched { try delete.execute(arguments: [row.rowid]) }
-            try dropTags(of: keys, in: db)
-            index.update { index in for row in matched { index.deleted(row) } }
-            facts.withLock { facts in for row in matched { facts.remove(row.rowid) } }
+            for deleted in matched { try delete.execute(arguments: [deleted.row.rowid]) }
+            _ = try forget(matched, in: db)
         } else {
-            let rowids = matched.map(\.rowid)
-            let seq = try InvalidationJournal.record(selector: matchedRows.selector, rowids: rowids, storedUpTo: now, in: db)
-            let token = index.update { $0.doom(matched) }
+            let rowids = matched.map(\.row.rowid)
+            let seq = try InvalidationJournal.record(selector: matchedRows.criteria?.json ?? "", rowids: rowids, storedUpTo: now, in: db)
+            let token = ledger.update { $0.doomed(matched.map(\.row)) }
             followUp(.deleteDoomed(DoomedRows(rowids: rowids, token: token, storedUpTo: now, seq: seq)))
         }
         return matched.count
@@ -83,25 +83,20 @@ extension CacheWriter {
         let slice = Array(rows.rowids[rows.next..<end])
         let delete = try db.cachedStatement(sql: "DELETE FROM cache_entry WHERE rowid = ? AND stored_at <= ? RETURNING key")
         let kept = try db.cachedStatement(sql: "SELECT key, size FROM cache_entry WHERE rowid = ?")
-        var keys: [String] = []
-        var deleted: [Int64] = []
+        var deleted: [RowLedger.Deleted] = []
         var stayed: [KeyIndex.Row] = []
         for rowid in slice {
             if let key = try String.fetchOne(delete, arguments: [rowid, rows.storedUpTo]) {
-                keys.append(key)
-                deleted.append(rowid)
+                // The size and hash are not the ledger's concern for a doomed row: it was counted out.
+                deleted.append(RowLedger.Deleted(row: KeyIndex.Row(rowid: rowid, hash: 0, size: 0), key: key))
             } else if let row = try Row.fetchOne(kept, arguments: [rowid]) {
                 let key: String = row["key"]
                 stayed.append(KeyIndex.Row(rowid: rowid, hash: KeyHash.of(key), size: row["size"]))
             }
         }
-        try dropTags(of: keys, in: db)
+        let untag = ledger.update { $0.deletedDoomed(deleted, kept: stayed, slice: slice, token: rows.token) }
+        try dropTags(of: untag, in: db)
         try InvalidationJournal.advance(rows.seq, next: end, of: rows.rowids.count, in: db)
-        facts.withLock { facts in for rowid in deleted { facts.remove(rowid) } }
-        index.update { index in
-            for row in stayed { index.keptDoomed(row) }
-            index.deletedDoomed(slice, token: rows.token)
-        }
     }
 
     /// At start-up, before anything is served: every invalidation the journal holds unfinished
@@ -112,9 +107,7 @@ extension CacheWriter {
         for record in records {
             let next = min(record.next, record.rowids.count)
             let remaining = record.rowids[next...].filter { $0 <= ceiling }
-            let token = index.update { index in
-                index.doom(remaining.map { KeyIndex.Row(rowid: $0, hash: 0, size: 0) })
-            }
+            let token = ledger.update { $0.doomed(remaining.map { KeyIndex.Row(rowid: $0, hash: 0, size: 0) }) }
             // The record's own list, so each slice's `next` means what the record's does.
             enqueue(.deleteDoomed(DoomedRows(rowids: record.rowids, next: next, token: token, storedUpTo: record.storedUpTo,
                                              seq: record.seq)))

@@ -20,7 +20,7 @@ extension CacheWriter {
     /// Not while the key index loads: the rows it has not read have no access time yet (the
     /// loader evicts once it is done).
     var needsEviction: Bool {
-        !index.isLoading && (index.totals.bytes > evictionHighWater || database.fileBytes > maxBytes)
+        !ledger.isLoading && (ledger.totals.bytes > evictionHighWater || database.fileBytes > maxBytes)
     }
 
     /// Evicts least recently used entries in bounded slices until the cached bytes are under
@@ -35,7 +35,7 @@ extension CacheWriter {
             database.pool.writeWithoutTransaction { db in _ = try? db.checkpoint(.truncate) }
             while !isStopping {
                 let fileExcess = database.fileBytes - maxBytes / 10 * 9
-                let cacheExcess = index.totals.bytes - evictionLowWater
+                let cacheExcess = ledger.totals.bytes - evictionLowWater
                 let (freePages, pageSize) = try database.pool.read { db in
                     (try Int.fetchOne(db, sql: "PRAGMA freelist_count") ?? 0, try Int.fetchOne(db, sql: "PRAGMA page_size") ?? 4096)
                 }
@@ -69,35 +69,36 @@ extension CacheWriter {
 
     /// Deletes least recently used rows worth about `bytes` in one transaction: how many went,
     /// and how many times were dropped for rows no longer in the table. The order is the
-    /// writer's (``RowFacts/oldest(_:)``, one pass over the rows' access times).
+    /// writer's (``RowFacts/oldest(_:)``, one pass over the rows' access times). The ledger is
+    /// told in the transaction, as a batch of its own (read again from SQLite if it fails), and
+    /// the evicted entries leave the hot tier once it commits.
     private func evictSlice(upTo bytes: Int) throws -> (evicted: Int, dropped: Int) {
-        let (evicted, gone) = try database.pool.write { db -> ([(key: String, row: KeyIndex.Row)], [Int64]) in
-            try self.rebuildFactsIfNeeded(db)
-            var evicted: [(key: String, row: KeyIndex.Row)] = []
-            var gone: [Int64] = []
-            var removedBytes = 0
-            let delete = try db.cachedStatement(sql: Self.deleteByRowidSQL)
-            for rowid in self.facts.withLock({ $0.oldest(Self.evictionSliceRows) }) where removedBytes < bytes {
-                guard let row = try Self.deleteRow(rowid, delete) else {
-                    gone.append(rowid)
-                    continue
+        let (evicted, gone): ([RowLedger.Deleted], [Int64])
+        do {
+            (evicted, gone) = try database.pool.write { db -> ([RowLedger.Deleted], [Int64]) in
+                try self.rebuildFactsIfNeeded(db)
+                var evicted: [RowLedger.Deleted] = []
+                var gone: [Int64] = []
+                var removedBytes = 0
+                let delete = try db.cachedStatement(sql: Self.deleteByRowidSQL)
+                for rowid in self.ledger.scanFacts({ $0.oldest(Self.evictionSliceRows) }) where removedBytes < bytes {
+                    guard let row = try Self.deleteRow(rowid, delete) else {
+                        gone.append(rowid)
+                        continue
+                    }
+                    evicted.append(row)
+                    removedBytes += row.row.size
                 }
-                evicted.append(row)
-                removedBytes += row.row.size
+                self.ledger.update { $0.beginBatch() }
+                _ = try self.forget(evicted, gone: gone, in: db)
+                return (evicted, gone)
             }
-            try self.dropTags(of: evicted.map(\.key), in: db)
-            return (evicted, gone)
+            ledger.update { $0.commitBatch() }
+        } catch {
+            rollBackIndex()
+            throw error
         }
-        index.update { index in
-            index.beginBatch()
-            for (_, row) in evicted { index.deleted(row) }
-            index.commitBatch()
-        }
-        facts.withLock { facts in
-            for (_, row) in evicted { facts.remove(row.rowid) }
-            for rowid in gone { facts.remove(rowid) }
-        }
-        for (key, _) in evicted { reader.hot.remove(key) }
+        reader.hot.remove(keys: evicted.map(\.key))
         return (evicted.count, gone.count)
     }
 }

@@ -4,8 +4,8 @@ import GRDB
 import GRDBSQLite
 import Synchronization
 
-/// The writer reads the rows present at start-up into the ``KeyIndex`` and the ``RowFacts``,
-/// a slice of rowids at a time between its batches.
+/// The writer reads the rows present at start-up into the ``RowLedger`` (its ``KeyIndex`` and
+/// its ``RowFacts``), a slice of rowids at a time between its batches.
 extension CacheWriter {
     // MARK: - Loading the index
 
@@ -17,17 +17,14 @@ extension CacheWriter {
     /// the work queued meanwhile committed between slices. Until it is done, lookups read
     /// SQLite for every key and the totals count the rows read so far.
     func loadIndex() {
-        guard index.isLoading else { return }
+        guard ledger.isLoading else { return }
         let began = ContinuousClock.now
         var failures = 0
-        while !isStopping, let slice = index.update({ $0.nextLoadSlice(Self.loadSliceRows) }) {
+        while !isStopping, let slice = ledger.update({ $0.nextLoadSlice(Self.loadSliceRows) }) {
             do {
                 // Between batches: no write is in flight, so the slice is as the index was told.
                 let (rows, rowFacts) = try database.pool.read { db in try Self.rows(db, after: slice.after, upTo: slice.upTo) }
-                index.update { $0.loaded(rows, through: slice.upTo) }
-                facts.withLock { facts in
-                    for row in rowFacts { facts.set(row) }
-                }
+                ledger.update { $0.loaded(rows, facts: rowFacts, through: slice.upTo) }
             } catch {
                 failures += 1
                 if failures == 1 { logger.error("cache index: reading the rows failed; retrying", metadata: ["error": "\(error)"]) }
@@ -36,8 +33,8 @@ extension CacheWriter {
             if queue.withLock({ !$0.work.isEmpty }) { drain() }
         }
         for waiter in loadWaiters.withLock({ waiters in defer { waiters = nil }; return waiters ?? [] }) { waiter.resume() }
-        if !index.isLoading {
-            let totals = index.totals
+        if !ledger.isLoading {
+            let totals = ledger.totals
             logger.info("cache index loaded", metadata: ["entries": "\(totals.entries)", "bytes": "\(totals.bytes)",
                                                          "seconds": "\(ContinuousClock.now - began)"])
             // Eviction waited for every row's access time.
@@ -72,8 +69,11 @@ extension CacheWriter {
     }
 
     /// Each row's id, key hash and size, and its facts, straight from SQLite's buffers (no
-    /// string per key).
-    static let rowColumns = "SELECT rowid, key, size, usable_until, last_access, endpoint, version, user_id FROM cache_entry"
+    /// string per key); whether the key has tag rows is a probe of the tag table's key index.
+    static let rowColumns = """
+        SELECT rowid, key, size, usable_until, last_access, endpoint, version, user_id,
+          EXISTS (SELECT 1 FROM cache_tag WHERE cache_tag.key = cache_entry.key) FROM cache_entry
+        """
 
     static func forEachRow(_ db: Database, sql: String = rowColumns,
                            bounds: [Int64] = [], _ body: (KeyIndex.Row, RowFacts.Row) -> Void) throws {
@@ -87,7 +87,8 @@ extension CacheWriter {
             let rowid = sqlite3_column_int64(raw, 0)
             body(KeyIndex.Row(rowid: rowid, hash: hash, size: Int(sqlite3_column_int64(raw, 2))),
                  RowFacts.Row(rowid: rowid, usableUntil: sqlite3_column_double(raw, 3), lastAccess: sqlite3_column_double(raw, 4),
-                              endpoint: Self.text(raw, 5) ?? "", version: Int(sqlite3_column_int64(raw, 6)), userID: Self.text(raw, 7)))
+                              endpoint: Self.text(raw, 5) ?? "", version: Int(sqlite3_column_int64(raw, 6)), userID: Self.text(raw, 7),
+                              tagged: sqlite3_column_int64(raw, 8) != 0))
         }
     }
 

@@ -4,7 +4,7 @@ import GRDB
 import GRDBSQLite
 
 /// The writer's SQL: each function changes rows inside the batch's transaction and tells the
-/// ``KeyIndex`` exactly what it changed.
+/// ``RowLedger`` what it changed, by one event.
 extension CacheWriter {
     static let upsertSQL = """
         INSERT INTO cache_entry (key, endpoint, user_id, status, stored_at, ttl, swr, sie, usable_until, version, size,
@@ -19,7 +19,7 @@ extension CacheWriter {
     func put(_ entry: CacheEntry, in db: Database, now: Double, upsert: Statement) throws {
         let hash = KeyHash.of(entry.key)
         var old: KeyIndex.Row?
-        if index.update({ $0.putting(hash) }) {
+        if ledger.update({ $0.putting(hash) }) {
             let sizeOf = try db.cachedStatement(sql: "SELECT rowid, size FROM cache_entry WHERE key = ?")
             if let row = try Row.fetchOne(sizeOf, arguments: [entry.key]) {
                 old = KeyIndex.Row(rowid: row["rowid"], hash: hash, size: row["size"])
@@ -34,11 +34,9 @@ extension CacheWriter {
             let tag = try db.cachedStatement(sql: "INSERT OR IGNORE INTO cache_tag (tag, key) VALUES (?, ?)")
             for name in entry.tags { try tag.execute(arguments: [name, entry.key]) }
         }
-        index.update { $0.stored(rowid: rowid, size: entry.size, replacing: old) }
-        facts.withLock {
-            $0.set(rowid, usableUntil: entry.usableUntil, lastAccess: now, endpoint: entry.endpoint, version: entry.version,
-                   userID: entry.userID)
-        }
+        let stored = RowFacts.Row(rowid: rowid, usableUntil: entry.usableUntil, lastAccess: now, endpoint: entry.endpoint,
+                                  version: entry.version, userID: entry.userID, tagged: !entry.tags.isEmpty)
+        ledger.update { $0.put(stored, size: entry.size, replacing: old) }
     }
 
     /// Runs the cached upsert for one entry through SQLite's C API: its 14 values bound
@@ -121,51 +119,45 @@ extension CacheWriter {
     func deleteRows(_ db: Database, where whereClause: String, _ arguments: StatementArguments = []) throws -> Int {
         let rows = try Row.fetchCursor(db, sql: "DELETE FROM cache_entry WHERE \(whereClause) RETURNING rowid, key, size",
                                        arguments: arguments)
-        var deleted: [KeyIndex.Row] = []
-        var keys: [String] = []
+        var deleted: [RowLedger.Deleted] = []
         while let row = try rows.next() {
             let key: String = row["key"]
-            keys.append(key)
-            deleted.append(KeyIndex.Row(rowid: row["rowid"], hash: KeyHash.of(key), size: row["size"]))
+            deleted.append(RowLedger.Deleted(row: KeyIndex.Row(rowid: row["rowid"], hash: KeyHash.of(key), size: row["size"]), key: key))
         }
-        return try forget(deleted, keys: keys, in: db)
+        return try forget(deleted, in: db)
     }
 
-    /// Rows just deleted (`keys` theirs): their tags dropped, out of the row facts and the key
-    /// index; how many of them were live entries.
-    private func forget(_ deleted: [KeyIndex.Row], keys: [String], in db: Database) throws -> Int {
-        try dropTags(of: keys, in: db)
-        facts.withLock { facts in for row in deleted { facts.remove(row.rowid) } }
-        return index.update { index in deleted.reduce(0) { n, row in index.deleted(row) ? n + 1 : n } }
+    /// Rows just deleted (and `gone`: rows with facts no longer in the table), told to the
+    /// ledger, whose answer says which keys' tag rows go too, in this transaction; how many of
+    /// them were live entries.
+    func forget(_ deleted: [RowLedger.Deleted], gone: [Int64] = [], in db: Database) throws -> Int {
+        let (live, untag) = ledger.update { $0.deleted(deleted, gone: gone) }
+        try dropTags(of: untag, in: db)
+        return live
     }
 
     func delete(_ criteria: InvalidationCriteria, in db: Database, now: Double) throws -> Int {
-        switch criteria {
+        switch criteria.selection {
         case .all:
-            let before = index.totals.entries
             try db.execute(sql: "DELETE FROM cache_entry")
-            // While the index loads, its totals lack the rows it has not read: SQLite's count
-            // (the whole table goes without visiting rows), less the rows invalidated already.
+            // SQLite's count: the whole table goes without visiting rows.
             let rowsDeleted = db.changesCount
             try db.execute(sql: "DELETE FROM cache_tag")
             try InvalidationJournal.clear(in: db)
-            facts.withLock { $0.removeAll() }
-            return index.update { index in
-                defer { index.deletedAll() }
-                return index.isLoading ? max(0, rowsDeleted - index.unservableRows) : before
-            }
-        case .user, .endpoints:
+            return ledger.update { $0.deletedAll(rowsDeleted: rowsDeleted) }
+        case .rows(let filter):
             try rebuildFactsIfNeeded(db)
-            var n = try deleteRows(facts.withLock { $0.rows(of: criteria) }, in: db)
+            var n = try deleteRows(ledger.scanFacts { $0.rows(selectedBy: filter) }, in: db)
             // Rows the key index's loader has not read yet have no facts: SQL selects those.
-            if let unread = index.unreadRows, let selection = Self.selection(criteria) {
-                n += try deleteRows(db, where: "rowid > ? AND rowid <= ? AND (\(selection.sql))",
+            if let unread = ledger.unreadRows {
+                let selection = filter.sql
+                n += try deleteRows(db, where: "rowid > ? AND rowid <= ? AND (\(selection.condition))",
                                     [unread.through, unread.ceiling] + selection.arguments)
             }
             return n
-        case .pattern, .tags, .soft:
+        case .keys, .tags:
             // Matched off the writer (a scan, the tag index), then deleted as
-            // ``Work/deleteMatched(_:_:)``; a soft purge is ``Work/markStale(_:_:_:)``.
+            // ``Work/deleteMatched(_:_:)``.
             return 0
         }
     }
@@ -174,52 +166,25 @@ extension CacheWriter {
     func deleteRows(_ rowids: [Int64], in db: Database) throws -> Int {
         guard !rowids.isEmpty else { return 0 }
         let delete = try db.cachedStatement(sql: Self.deleteByRowidSQL)
-        var deleted: [KeyIndex.Row] = []
-        var keys: [String] = []
+        var deleted: [RowLedger.Deleted] = []
         for rowid in rowids {
-            guard let row = try Self.deleteRow(rowid, delete) else { continue }
-            keys.append(row.key)
-            deleted.append(row.row)
+            if let row = try Self.deleteRow(rowid, delete) { deleted.append(row) }
         }
-        return try forget(deleted, keys: keys, in: db)
+        return try forget(deleted, in: db)
     }
 
     static let deleteByRowidSQL = "DELETE FROM cache_entry WHERE rowid = ? RETURNING key, size"
 
     /// Runs a `DELETE … WHERE rowid = ? … RETURNING key, size` for `rowid` (and the statement's
     /// further `arguments`): the row's key and its index row, `nil` when no row went.
-    static func deleteRow(_ rowid: Int64, _ delete: Statement, _ arguments: StatementArguments = []) throws
-        -> (key: String, row: KeyIndex.Row)? {
+    static func deleteRow(_ rowid: Int64, _ delete: Statement, _ arguments: StatementArguments = []) throws -> RowLedger.Deleted? {
         guard let row = try Row.fetchOne(delete, arguments: [rowid] + arguments) else { return nil }
         let key: String = row["key"]
-        return (key, KeyIndex.Row(rowid: rowid, hash: KeyHash.of(key), size: row["size"]))
-    }
-
-    /// The rows a user's or endpoints' criteria select, as a condition (for the rows the key
-    /// index's loader has not read yet); `nil` for the kinds selected otherwise.
-    static func selection(_ criteria: InvalidationCriteria) -> (sql: String, arguments: StatementArguments)? {
-        switch criteria {
-        case .user(let user):
-            return ("user_id = ?", [user])
-        case .endpoints(let names, let scope):
-            let marks = Array(repeating: "?", count: max(1, names.count)).joined(separator: ",")
-            var arguments = StatementArguments(names.isEmpty ? [""] : names)
-            switch scope {
-            case .everyone:
-                return ("endpoint IN (\(marks))", arguments)
-            case .sharedOnly:
-                return ("endpoint IN (\(marks)) AND user_id IS NULL", arguments)
-            case .sharedAnd(let user):
-                arguments += [user]
-                return ("endpoint IN (\(marks)) AND (user_id IS NULL OR user_id = ?)", arguments)
-            }
-        case .all, .pattern, .tags, .soft:
-            return nil
-        }
+        return RowLedger.Deleted(row: KeyIndex.Row(rowid: rowid, hash: KeyHash.of(key), size: row["size"]), key: key)
     }
 
     /// The tag rows of deleted entries, dropped in the transaction that deletes them (one probe
-    /// of the tag table's key index each; nothing to find for untagged entries).
+    /// of the tag table's key index each, for the keys the ledger says may have some).
     func dropTags(of keys: [String], in db: Database) throws {
         guard !keys.isEmpty else { return }
         let drop = try db.cachedStatement(sql: "DELETE FROM cache_tag WHERE key = ?")
@@ -238,24 +203,25 @@ extension CacheWriter {
         var rowids = rows.map { $0.map(\.rowid) } ?? []
         var update: (sql: String, arguments: StatementArguments)?
         if rows == nil {
-            switch criteria {
+            switch criteria.selection {
             case .all:
                 update = ("UPDATE cache_entry \(set) WHERE stored_at + ttl > ?1", [now])
-            case .user, .endpoints:
+            case .rows(let filter):
                 try rebuildFactsIfNeeded(db)
-                rowids = facts.withLock { $0.rows(of: criteria) }
-                if let unread = index.unreadRows, let selection = Self.selection(criteria) {
+                rowids = ledger.scanFacts { $0.rows(selectedBy: filter) }
+                if let unread = ledger.unreadRows {
                     // The selection's own `?` take the numbers after ?3.
-                    update = ("UPDATE cache_entry \(set) WHERE stored_at + ttl > ?1 AND rowid > ?2 AND rowid <= ?3 AND (\(selection.sql))",
+                    let selection = filter.sql
+                    update = ("UPDATE cache_entry \(set) WHERE stored_at + ttl > ?1 AND rowid > ?2 AND rowid <= ?3 AND (\(selection.condition))",
                               [now, unread.through, unread.ceiling] + selection.arguments)
                 }
-            case .pattern, .tags, .soft:
+            case .keys, .tags:
                 return 0
             }
         }
         if !rowids.isEmpty {
             let mark = try db.cachedStatement(sql: "UPDATE cache_entry \(set) WHERE rowid = ?2 AND stored_at + ttl > ?1 RETURNING usable_until")
-            for rowid in rowids where !index.isDoomed(rowid) {
+            for rowid in rowids where !ledger.isDoomed(rowid) {
                 if let usableUntil = try Double.fetchOne(mark, arguments: [now, rowid]) { marked.append((rowid, usableUntil)) }
             }
         }
@@ -263,7 +229,7 @@ extension CacheWriter {
             let changed = try Row.fetchCursor(db, sql: update.sql + " RETURNING rowid, usable_until", arguments: update.arguments)
             while let row = try changed.next() { marked.append((row[0], row[1])) }
         }
-        facts.withLock { facts in for row in marked { facts.setUsableUntil(row.rowid, row.usableUntil) } }
+        ledger.update { $0.markedStale(marked) }
         return marked.count
     }
 
@@ -273,30 +239,25 @@ extension CacheWriter {
     /// a rolled-back batch left them unsure.
     func deleteExpired(_ db: Database, now: Double) throws -> Int {
         try rebuildFactsIfNeeded(db)
-        let due = facts.withLock { $0.due(by: now) }
+        let due = ledger.scanFacts { $0.due(by: now) }
         guard !due.isEmpty else { return 0 }
         let delete = try db.cachedStatement(sql: "DELETE FROM cache_entry WHERE rowid = ? AND usable_until <= ? RETURNING key, size")
         let check = try db.cachedStatement(sql: "SELECT usable_until FROM cache_entry WHERE rowid = ?")
-        var deleted: [KeyIndex.Row] = []
-        var keys: [String] = []
+        var deleted: [RowLedger.Deleted] = []
         // Not due after all (SQLite's time stands), or no longer in the table.
         var later: [(rowid: Int64, usableUntil: Double)] = []
         var gone: [Int64] = []
         for rowid in due {
             if let row = try Self.deleteRow(rowid, delete, [now]) {
-                keys.append(row.key)
-                deleted.append(row.row)
+                deleted.append(row)
             } else if let usableUntil = try Double.fetchOne(check, arguments: [rowid]) {
                 later.append((rowid, usableUntil))
             } else {
                 gone.append(rowid)
             }
         }
-        facts.withLock { facts in
-            for rowid in gone { facts.remove(rowid) }
-            for row in later { facts.setUsableUntil(row.rowid, row.usableUntil) }
-        }
-        return try forget(deleted, keys: keys, in: db)
+        ledger.update { $0.markedStale(later) }
+        return try forget(deleted, gone: gone, in: db)
     }
 
     /// Deletes entries past all their windows and entries whose version is not the current
@@ -304,6 +265,6 @@ extension CacheWriter {
     /// key index's loader has not read yet are swept once read, by a later sweep.
     func sweep(_ db: Database, versions: [String: Int], now: Double) throws -> Int {
         let n = try deleteExpired(db, now: now)
-        return try n + deleteRows(facts.withLock { $0.outdated(versions) }, in: db)
+        return try n + deleteRows(ledger.scanFacts { $0.outdated(versions) }, in: db)
     }
 }

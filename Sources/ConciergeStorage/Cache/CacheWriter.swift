@@ -6,14 +6,16 @@ import GRDBSQLite
 import Logging
 import Synchronization
 
-/// The cache's only writer of SQLite and of the ``KeyIndex``: everything that changes stored
-/// entries is a ``Work`` item, queued by callers and applied by ``run()`` in the order asked,
-/// in one transaction per batch (group commit).
+/// The cache's only writer of SQLite, of the ``RowLedger`` and of the hot tier's removals:
+/// everything that changes stored entries is a ``Work`` item, queued by callers and applied by
+/// ``run()`` in the order asked, in one transaction per batch (group commit). Each row change
+/// is told to the ledger, by its event, inside that transaction; the entries an invalidation
+/// selects leave the hot tier once its batch ends, before its caller is answered.
 ///
-/// Its work kinds: puts, invalidations of every kind, sweeps, the slices of a large
-/// invalidation's delete, and barriers. Eviction (``evict()``) runs between batches. A new
-/// kind of invalidation (by tag, from another node) is one more case of ``Work`` handled in
-/// ``apply(_:in:now:upsert:)``, with its row changes told to the index there.
+/// Its work kinds: puts, invalidations (by the rows' facts, by rows matched off the writer, soft
+/// purges), sweeps, the slices of a large invalidation's delete, and barriers. Eviction
+/// (``evict()``) runs between batches. How an invalidation finds its rows is its criteria's
+/// ``InvalidationCriteria/Selection``.
 final class CacheWriter: Sendable {
     enum Work: Sendable {
         case put(CacheEntry)
@@ -26,10 +28,11 @@ final class CacheWriter: Sendable {
         /// A soft purge: the rows a scan found (pattern, tags) or the criteria select, marked
         /// stale (fresh until now); the count of entries that were fresh.
         case markStale(MatchedRows?, InvalidationCriteria, CheckedContinuation<Int, any Error>)
-        case barrier(CheckedContinuation<Void, Never>)
+        /// Answers once what was queued before it is committed; the keys leave the hot tier then.
+        case barrier([String], CheckedContinuation<Void, Never>)
     }
 
-    /// The read side, whose database, hot tier, key index, access log and clock the writer shares.
+    /// The read side, whose database, hot tier, ledger, access log and clock the writer shares.
     let reader: CacheReader
     let maxBytes: Int
     /// The queued work and the writer thread's wait, under one lock.
@@ -42,9 +45,6 @@ final class CacheWriter: Sendable {
     private let followUps = Mutex<[Work]>([])
     /// Callers of ``indexLoaded()`` while the index loads; `nil` once it is loaded (or the writer stopped).
     let loadWaiters: Mutex<[CheckedContinuation<Void, Never>]?>
-    /// Each row's times, endpoint, version and user, for the sweep, eviction and invalidation.
-    /// Only the writer's thread uses it; the lock is uncontended and makes the class `Sendable`.
-    let facts = Mutex(RowFacts())
     /// ``batchStatements(_:)``, once prepared.
     let preparedStatements = StatementSlot()
 
@@ -66,11 +66,13 @@ final class CacheWriter: Sendable {
 
     init(reader: CacheReader, maxBytes: Int, groupCommitDelay: Duration = CacheWriter.defaultGroupCommitDelay) {
         (self.reader, self.maxBytes, self.groupCommitDelay) = (reader, maxBytes, groupCommitDelay)
-        loadWaiters = Mutex(reader.index.isLoading ? [] : nil)
+        loadWaiters = Mutex(reader.ledger.isLoading ? [] : nil)
     }
 
     var database: StorageDatabase { reader.database }
-    var index: SharedKeyIndex { reader.index }
+    var ledger: SharedLedger { reader.ledger }
+    /// The ledger's ``RowFacts``, for tests.
+    var facts: LedgerFacts { LedgerFacts(ledger: ledger) }
     var accesses: AccessLog { reader.accesses }
     var clock: WallClock { reader.clock }
     var logger: Logger { reader.logger }
@@ -288,7 +290,7 @@ final class CacheWriter: Sendable {
                 let statements = try self.batchStatements(db)
                 return try Self.inTransaction(db, statements, durable: batch.contains(where: \.acknowledgesInvalidation)) {
                     let changesBefore = db.totalChangesCount
-                    self.index.update { $0.beginBatch() }
+                    self.ledger.update { $0.beginBatch() }
                     let upsert = statements.upsert
                     let results = try batch.map { work in
                         Result<Int, any Error>.success(try self.apply(work, in: db, now: now, upsert: upsert))
@@ -297,7 +299,7 @@ final class CacheWriter: Sendable {
                     return (results, db.totalChangesCount != changesBefore)
                 }
             }
-            index.update { $0.commitBatch() }
+            ledger.update { $0.commitBatch() }
             for work in followUps.withLock({ list in defer { list.removeAll() }; return list }) { enqueue(work) }
         } catch {
             followUps.withLock { $0.removeAll() }
@@ -314,37 +316,44 @@ final class CacheWriter: Sendable {
     }
 
     /// Answers the callers of a committed (or failed) batch and queues what follows from it.
+    /// What the batch's invalidations select leaves the hot tier first (a reader may have
+    /// promoted a row since the invalidation was asked for), so a caller answered finds none of it.
     private func finishAfterCommit(_ batch: [Work], _ results: [Result<Int, any Error>], now: Double) {
         var removed: [InvalidationCriteria] = []
         var removedKeys: [String] = []
         for (work, result) in zip(batch, results) {
             switch work {
             case .put: break
-            case .invalidate(let criteria, let continuation):
+            case .invalidate(let criteria, _):
                 removed.append(criteria)
-                continuation.resume(with: result)
-            case .deleteMatched(let matched, let continuation):
+            case .deleteMatched(let matched, _), .markStale(let matched?, _, _):
                 removedKeys += matched.keys
-                continuation.resume(with: result)
-            case .sweep(let versions, let continuation):
+                if let criteria = matched.criteria, criteria.selectsByEntry { removed.append(criteria) }
+            case .markStale(nil, let criteria, _):
+                removed.append(criteria)
+            case .barrier(let keys, _):
+                removedKeys += keys
+            case .sweep(let versions, _):
                 reader.hot.removeAll { entry in entry.usableUntil <= now || versions[entry.endpoint].map { $0 != entry.version } ?? true }
-                continuation.resume(returning: (try? result.get()) ?? 0)
             case .deleteDoomed(var rows):
                 guard case .success = result else { break }  // retried (``drain()``)
                 rows.next += DoomedRows.sliceRows
                 if rows.next < rows.rowids.count { enqueue(.deleteDoomed(rows)) }
-            case .markStale(let matched, let criteria, let continuation):
-                // Marked rows are read again from SQLite, as a reader may have promoted the
-                // unmarked one meanwhile.
-                if let matched { removedKeys += matched.keys } else { removed.append(criteria) }
+            }
+        }
+        for criteria in removed { reader.hot.remove(where: criteria) }
+        reader.hot.remove(keys: removedKeys)
+        for (work, result) in zip(batch, results) {
+            switch work {
+            case .put, .deleteDoomed: break
+            case .invalidate(_, let continuation), .deleteMatched(_, let continuation), .markStale(_, _, let continuation):
                 continuation.resume(with: result)
-            case .barrier(let continuation):
+            case .sweep(_, let continuation):
+                continuation.resume(returning: (try? result.get()) ?? 0)
+            case .barrier(_, let continuation):
                 continuation.resume()
             }
         }
-        // A reader may have promoted a row between the first hot-tier removal and the delete.
-        for criteria in removed { reader.hot.remove(where: criteria) }
-        reader.hot.remove(keys: removedKeys)
     }
 
     /// One work item inside the batch's transaction; the count of entries it removed.
@@ -380,28 +389,26 @@ final class CacheWriter: Sendable {
             if let rowid = try Int64.fetchOne(touch, arguments: [at, key]) { touched.append((rowid, at)) }
         }
         // A batch that rolls back reads the facts again from SQLite (``rollBackIndex()``).
-        facts.withLock { facts in for row in touched { facts.touch(row.rowid, at: row.at) } }
+        ledger.update { $0.touched(touched) }
     }
 
-    /// After a failed transaction: the index and the row facts as SQLite still has them.
-    private func rollBackIndex() {
+    /// After a failed transaction: the ledger as SQLite still has the rows.
+    func rollBackIndex() {
         do {
             let (rows, rowFacts) = try database.pool.read { db in try Self.allRows(db) }
-            index.update { $0.rollBackBatch(recounted: rows) }
-            facts.withLock { $0.rebuilt(rowFacts) }
+            ledger.update { $0.rolledBack(recounted: rows, facts: rowFacts) }
         } catch {
             logger.error("cache index recount failed", metadata: ["error": "\(error)"])
-            index.update { $0.rollBackBatch(recounted: []) }
-            facts.withLock { $0.lostTrack() }
+            ledger.update { $0.rolledBack(recounted: [], facts: nil) }
         }
     }
 
     /// Reads the row facts again from SQLite when a rolled-back batch left them unsure (before
     /// a sweep, an eviction or an invalidation trusts them).
     func rebuildFactsIfNeeded(_ db: Database) throws {
-        guard facts.withLock({ $0.needsRebuild }) else { return }
+        guard ledger.scanFacts({ $0.needsRebuild }) else { return }
         let (_, rowFacts) = try Self.allRows(db)
-        facts.withLock { $0.rebuilt(rowFacts) }
+        ledger.update { $0.rebuiltFacts(rowFacts) }
     }
 
     /// Every row's id, key hash and size, and its facts.

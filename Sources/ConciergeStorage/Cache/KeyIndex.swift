@@ -1,10 +1,9 @@
-import Synchronization
-
 /// What the cache knows about its SQLite rows without reading them: which keys may have a
 /// row, which rows are invalidated but not deleted yet, and the totals.
 ///
-/// A value with no locks and no I/O: ``CacheWriter`` owns it (behind one lock, see
-/// ``SharedKeyIndex``) and is its only writer; ``CacheReader`` only asks it questions. Each
+/// A value with no locks and no I/O, part of the writer's ``RowLedger`` (behind one lock, see
+/// ``SharedLedger``): only the ledger's events change it; ``CacheReader`` only asks it questions
+/// (and registers its reads). Each
 /// mutating method keeps these invariants, which `KeyIndexTests` check without any timing:
 /// - ``totals`` counts the *live* rows: present in SQLite and not doomed.
 /// - A key whose hash is absent has no live row (a hash present may be stale: that costs one
@@ -201,10 +200,12 @@ struct KeyIndex: Sendable {
         return lastToken
     }
 
-    /// A doomed row that its slice kept, stored again after the invalidation, which the index
-    /// was not told of (a restart replaying the journal dooms it again): live again.
-    mutating func keptDoomed(_ row: Row) {
-        guard !doomed.isEmpty, let doom = doomed[row.rowid], !doom.revived else { return }
+    /// A doomed row that the slice of the doom `token` kept, stored again after the invalidation,
+    /// which the index was not told of (a restart replaying the journal dooms it again): live
+    /// again. Not a row a later invalidation doomed since (another token): that one's slice
+    /// decides.
+    mutating func keptDoomed(_ row: Row, token: UInt64) {
+        guard !doomed.isEmpty, let doom = doomed[row.rowid], !doom.revived, doom.token == token else { return }
         // Counted now if the loader passed it (it left it out); else the loader counts it.
         if isCounted(row.rowid) {
             totals.entries += 1
@@ -272,51 +273,5 @@ struct KeyIndex: Sendable {
                 doomed[rowid] = nil
             }
         }
-    }
-}
-
-/// The writer's ``KeyIndex`` behind one lock, shared with the readers.
-///
-/// - Important: only ``CacheWriter`` calls ``update(_:)``; readers use the questions.
-final class SharedKeyIndex: Sendable {
-    private let index: Mutex<KeyIndex>
-
-    init(_ index: KeyIndex) {
-        self.index = Mutex(index)
-    }
-
-    var totals: KeyIndex.Totals { index.withLock { $0.totals } }
-
-    var isLoading: Bool { index.withLock { $0.isLoading } }
-
-    /// The rowids the loader has still to read (after `through`, up to `ceiling`); `nil` once
-    /// every row present at start-up was read.
-    var unreadRows: KeyIndex.Loading? { index.withLock { $0.loading } }
-
-    /// Whether SQLite may hold a live row for the key; if so, registers a read (end it with
-    /// ``endRead(_:rowid:)``).
-    func beginReadIfPresent(_ hash: UInt64) -> UInt64? {
-        index.withLock { $0.mayHaveRow(hash) ? $0.beginRead() : nil }
-    }
-
-    func beginRead() -> UInt64 { index.withLock { $0.beginRead() } }
-
-    /// Whether SQLite may hold a live row for the key (``KeyIndex/mayHaveRow(_:)``).
-    func mayHaveRow(_ hash: UInt64) -> Bool { index.withLock { $0.mayHaveRow(hash) } }
-
-    /// Ends a read; whether `rowid` (the row it found, if any) may be served.
-    @discardableResult
-    func endRead(_ began: UInt64, rowid: Int64? = nil) -> Bool {
-        index.withLock { index in
-            defer { index.endRead(began) }
-            return rowid.map { !index.isDoomed($0) } ?? true
-        }
-    }
-
-    /// Rows not to list (checked inside a listing's read).
-    func isDoomed(_ rowid: Int64) -> Bool { index.withLock { $0.isDoomed(rowid) } }
-
-    func update<R>(_ body: (inout KeyIndex) throws -> R) rethrows -> R {
-        try index.withLock { try body(&$0) }
     }
 }

@@ -1,14 +1,15 @@
 /// What the writer knows of every row without asking SQLite, by rowid: when it stops being
 /// usable (`usable_until`, what the sweep deletes), when it was last stored or read
-/// (`last_access`, the order eviction deletes in), and its endpoint, version and user (what
-/// invalidation by endpoint or user, and the sweep of outdated versions, select). The writer
+/// (`last_access`, the order eviction deletes in), its endpoint, version and user (what
+/// invalidation by endpoint or user, and the sweep of outdated versions, select), and whether
+/// its key may have rows in `cache_tag` (a deletion drops those; untagged rows need no look). The writer
 /// keeps them instead of three SQLite indexes on those columns, which every stored entry paid
 /// for (together about half of an insert's work in SQLite) to serve a sweep every 30 seconds,
 /// eviction once the cache is full and the rare invalidation by endpoint or user. The columns
 /// stay, written as before, so a restart reads the facts back.
 ///
-/// Owned by ``CacheWriter``, which tells it every change it makes to a row (a put, a soft
-/// purge, the access log's touches) and every row it deletes, and the rows the key index's
+/// Part of the writer's ``RowLedger``, which tells it every change made to a row (a put, a soft
+/// purge, the access log's touches) and every row deleted, and the rows the key index's
 /// loader reads at start-up. Rows the loader has not read yet are not in it: invalidations
 /// select those with SQL over the rowids still unread; the sweep deletes them once they are
 /// read (the reader never serves a row past its windows meanwhile), and eviction waits for the
@@ -36,6 +37,8 @@ struct RowFacts: Sendable {
         var endpoint: String
         var version: Int
         var userID: String?
+        /// Whether the row's key may have rows in `cache_tag`.
+        var tagged = false
     }
 
     /// An endpoint with the configuration version its entry was stored under.
@@ -52,6 +55,8 @@ struct RowFacts: Sendable {
         var group: [UInt32]
         /// The row's user in ``users``; 0 for a shared entry (and where there is no row).
         var user: [UInt32]
+        /// Whether the row's key may have tag rows.
+        var tagged: [Bool]
         var count: Int
 
         init() {
@@ -59,21 +64,22 @@ struct RowFacts: Sendable {
             lastAccess = Array(repeating: .nan, count: RowFacts.pageRows)
             group = Array(repeating: 0, count: RowFacts.pageRows)
             user = Array(repeating: 0, count: RowFacts.pageRows)
+            tagged = Array(repeating: false, count: RowFacts.pageRows)
             count = 0
         }
 
         /// Fills `slot`; the group and user it held before, `nil` if it was empty.
-        mutating func fill(_ slot: Int, _ usableUntil: Double, _ lastAccess: Double, _ group: UInt32, _ user: UInt32)
+        mutating func fill(_ slot: Int, _ usableUntil: Double, _ lastAccess: Double, _ group: UInt32, _ user: UInt32, _ tagged: Bool)
             -> (group: UInt32, user: UInt32)? {
             let before = self.group[slot] == 0 ? nil : (self.group[slot], self.user[slot])
             if before == nil { count += 1 }
             (self.usableUntil[slot], self.lastAccess[slot]) = (usableUntil, lastAccess)
-            (self.group[slot], self.user[slot]) = (group, user)
+            (self.group[slot], self.user[slot], self.tagged[slot]) = (group, user, tagged)
             return before
         }
 
         mutating func clear(_ slot: Int) {
-            (usableUntil[slot], lastAccess[slot], group[slot], user[slot]) = (.nan, .nan, 0, 0)
+            (usableUntil[slot], lastAccess[slot], group[slot], user[slot], tagged[slot]) = (.nan, .nan, 0, 0, false)
             count -= 1
         }
     }
@@ -95,23 +101,32 @@ struct RowFacts: Sendable {
     }
 
     /// A row stored (or replaced), or read from SQLite.
-    mutating func set(_ rowid: Int64, usableUntil: Double, lastAccess: Double, endpoint: String, version: Int, userID: String?) {
+    mutating func set(_ rowid: Int64, usableUntil: Double, lastAccess: Double, endpoint: String, version: Int, userID: String?,
+                      tagged: Bool = false) {
         // Kept before the row's old ones are let go: a row stored again under the same
         // endpoint keeps its ids.
         let group = groups.retain(Group(endpoint: endpoint, version: version))
         let user = userID.map { users.retain($0) } ?? 0
         let (page, slot) = Self.place(rowid)
-        if let before = pages[page, default: Page()].fill(slot, usableUntil, lastAccess, group, user) {
+        if let before = pages[page, default: Page()].fill(slot, usableUntil, lastAccess, group, user, tagged) {
             release(before)
         } else {
             count += 1
         }
     }
 
-    /// ``set(_:usableUntil:lastAccess:endpoint:version:userID:)`` for a row read from SQLite.
+    /// ``set(_:usableUntil:lastAccess:endpoint:version:userID:tagged:)`` for a row read from SQLite.
     mutating func set(_ row: Row) {
         set(row.rowid, usableUntil: row.usableUntil, lastAccess: row.lastAccess, endpoint: row.endpoint,
-            version: row.version, userID: row.userID)
+            version: row.version, userID: row.userID, tagged: row.tagged)
+    }
+
+    /// Whether the row's key may have tag rows: `true` for a row without facts (not read yet,
+    /// or the facts lost track), which a deletion must look up.
+    func mayHaveTags(_ rowid: Int64) -> Bool {
+        let (page, slot) = Self.place(rowid)
+        guard let entries = pages[page], entries.group[slot] != 0 else { return true }
+        return entries.tagged[slot]
     }
 
     private mutating func release(_ ids: (group: UInt32, user: UInt32)) {
@@ -179,26 +194,30 @@ struct RowFacts: Sendable {
         return heap.sortedOldestFirst()
     }
 
-    /// The rows a user's or endpoints' criteria select (none for other kinds).
+    /// The rows criteria select by their facts (``InvalidationCriteria/Selection/rows(_:)``;
+    /// none for other kinds).
     func rows(of criteria: InvalidationCriteria) -> [Int64] {
-        switch criteria {
-        case .user(let name):
-            guard let user = users.id(of: name) else { return [] }
-            return rows { _, rowUser in rowUser == user }
-        case .endpoints(let names, let scope):
-            let names = Set(names)
-            let selected = groups.flags { names.contains($0.endpoint) }
-            switch scope {
-            case .everyone:
-                return rows { group, _ in selected[Int(group)] }
-            case .sharedOnly:
-                return rows { group, user in selected[Int(group)] && user == 0 }
-            case .sharedAnd(let name):
-                let user = users.id(of: name) ?? 0
-                return rows { group, rowUser in selected[Int(group)] && (rowUser == 0 || rowUser == user) }
-            }
-        case .all, .pattern, .tags, .soft:
-            return []
+        guard case .rows(let filter) = criteria.selection else { return [] }
+        return rows(selectedBy: filter)
+    }
+
+    /// The rows whose endpoint and user the filter selects: the filter is asked once per
+    /// endpoint and user the rows hold, not once per row.
+    func rows(selectedBy filter: RowFilter) -> [Int64] {
+        let names = filter.endpoints.map(Set.init)
+        let selected = names.map { names in groups.flags { names.contains($0.endpoint) } }
+        switch filter.users {
+        case .any:
+            guard let selected else { return rows { _, _ in true } }
+            return rows { group, _ in selected[Int(group)] }
+        case .shared:
+            return rows { group, user in user == 0 && selected?[Int(group)] ?? true }
+        case .sharedAnd(let name):
+            let id = users.id(of: name) ?? 0
+            return rows { group, user in (user == 0 || user == id) && selected?[Int(group)] ?? true }
+        case .only(let name):
+            guard let id = users.id(of: name) else { return [] }
+            return rows { group, user in user == id && selected?[Int(group)] ?? true }
         }
     }
 
