@@ -35,6 +35,8 @@ public enum SampleAPI {
                 boundPortContinuation.finish()
             }
         )
+        // Unstructured because `start` returns while the server runs on: the handle it returns
+        // (`RunningSampleAPI.shutdown()`) cancels and awaits this task.
         let serverTask = Task {
             defer { boundPortContinuation.finish() }
             try await application.run()

@@ -79,7 +79,7 @@ struct HedgedCallTests {
         let cluster = try await PostgresCluster.start()
         let address = try ConciergeConfig.PostgresAddress.parse(cluster.url).get()
         let database = try FleetDatabase(config: ConciergeConfig.Fleet(postgres: address, node: "hedged"), logger: Logger(label: "hedged"))
-        let running = Task { await database.run() }
+        let running = Task { await database.client.run() }
         do {
             try await database.migrate()
             for round in 0..<20 {

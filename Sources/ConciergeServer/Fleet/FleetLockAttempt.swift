@@ -33,37 +33,30 @@ extension FleetSession {
 
         /// Runs `body`; throws ``Unanswered`` when it has neither got the lock nor ended within
         /// `unanswered`, and ``Deadline/Exceeded`` when it has not ended within `total`. Neither
-        /// waits for a `body` that never answers (it is cancelled and left behind).
+        /// waits for a `body` that never answers (it is cancelled and left behind, ``Deadline``).
         func run<T: Sendable>(unanswered: Duration, total: Duration, _ body: @escaping @Sendable () async throws -> T?) async throws -> T {
-            try await Deadline.run(total) {
-                try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
-                    let waiting = Answer(continuation)
-                    let work = Task {
-                        let result: Result<T, any Error>
+            try await Deadline.run(total, clock: ContinuousClock()) { (answer: Deadline.Answer<T>) in
+                await withTaskGroup(of: Bool.self) { group in
+                    group.addTask {
                         do {
                             // `nil`: it got the lock after it was abandoned (answered already).
                             guard let value = try await body() else { throw Unanswered() }
-                            result = .success(value)
+                            answer.send(.success(value))
                         } catch {
-                            result = .failure(error)
+                            answer.send(.failure(error))
                         }
-                        waiting.take()?.resume(with: result)
+                        return true
                     }
-                    Task {
-                        try? await Task.sleep(for: unanswered)
-                        guard self.abandon(), let continuation = waiting.take() else { return }
-                        work.cancel()
-                        continuation.resume(throwing: Unanswered())
+                    group.addTask {
+                        guard (try? await Task.sleep(for: unanswered)) != nil, self.abandon() else { return false }
+                        answer.send(.failure(Unanswered()))
+                        return true
                     }
+                    // Until the try ends or is abandoned (a try holding the lock runs on).
+                    while let decided = await group.next(), !decided {}
+                    group.cancelAll()
                 }
             }
         }
-    }
-
-    /// A caller's continuation, resumed once by whichever comes first.
-    fileprivate final class Answer<T: Sendable>: Sendable {
-        private let continuation: Mutex<CheckedContinuation<T, any Error>?>
-        init(_ continuation: CheckedContinuation<T, any Error>) { self.continuation = Mutex(continuation) }
-        func take() -> CheckedContinuation<T, any Error>? { continuation.withLock { $0.take() } }
     }
 }

@@ -3,30 +3,34 @@ import Foundation
 import Logging
 import ServiceLifecycle
 
-/// Runs the fleet's pool and its listener: creates the schema, then adopts every session change
-/// other nodes announce and applies the invalidation log in order (reading both after each
-/// reconnection, when announcements may have been lost, and first delivering the outbox), and
-/// collects the log's garbage once a minute.
+/// The fleet's background work, one task group: creates the schema, then adopts every session
+/// change other nodes announce and applies the invalidation log in order (reading both after
+/// each reconnection, when announcements may have been lost, and first delivering the outbox);
+/// a heartbeat; the log's garbage collected once a minute; and the shared cache's fills written.
+/// The fleet's `PostgresClient` is a service of the daemon's group of its own, started before
+/// this one and stopped after it.
+///
+/// Stopped, the group is cancelled: every call to PostgreSQL answers its cancelled caller at
+/// once (``Deadline``), so a database that never answers does not hold the daemon's shutdown.
 struct FleetService: Service {
     let fleet: FleetSession
     let invalidations: FleetInvalidations
     let lifecycle: SessionLifecycle
+    /// With `fleet.shared_cache`: the fills to write.
+    var sharedCache: FleetSharedCache? = nil
 
     func run() async throws {
-        let tasks = [
-            Task { await fleet.database.run() },
-            Task {
-                await migrate()
-                await fleet.database.listen { announcement in await heard(announcement) }
-            },
-            Task { await collectGarbage() },
-            Task { await heartbeat() },
-        ]
-        try? await gracefulShutdown()
-        for task in tasks { task.cancel() }
-        // Not a task group: a call the cancelled pool never answers (a lease asked for as it
-        // stops is neither granted nor failed) must not hold the daemon's shutdown. 2 s at most.
-        _ = try? await Deadline.run(.seconds(2)) { for task in tasks { await task.value } }
+        await cancelWhenGracefulShutdown {
+            await withDiscardingTaskGroup { group in
+                group.addTask {
+                    await migrate()
+                    await fleet.database.listen { announcement in await heard(announcement) }
+                }
+                group.addTask { await collectGarbage() }
+                group.addTask { await heartbeat() }
+                if let sharedCache { group.addTask { await sharedCache.writeFills() } }
+            }
+        }
     }
 
     private func heard(_ announcement: FleetDatabase.Announcement) async {

@@ -35,6 +35,8 @@ struct ConciergeRoutes: Sendable {
         let subscription = pipeline.events.subscribe()
         let (stream, continuation) = AsyncStream.makeStream(of: ByteBuffer.self, bufferingPolicy: .bufferingOldest(512))
         continuation.yield(ByteBuffer(string: "retry: 3000\n: connected\n\n"))
+        // Unstructured because the stream outlives this call: the connection's writer reads it,
+        // and its end (the client gone) cancels this task (`onTermination`).
         let producer = Task {
             await withTaskGroup(of: Void.self) { group in
                 group.addTask {

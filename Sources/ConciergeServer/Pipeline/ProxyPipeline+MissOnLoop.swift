@@ -38,6 +38,8 @@ extension ProxyPipeline {
             case .done(let result):
                 answer(self.missAnswer(result, p, key: key))
             case .waits(let verdict, let headerTags, let attempt):
+                // Unstructured because this is an event loop callback, with no task to be a child
+                // of: the bridge to the async resume, answered back on `eventLoop`.
                 Task {
                     let result = self.missAnswer(await self.exchange.resume(after: verdict, headerTags: headerTags, p, attempt), p, key: key)
                     eventLoop.execute { answer(result) }

@@ -111,3 +111,16 @@ struct ReloadSignalService: Service {
         }
     }
 }
+
+/// ``ConciergeDaemon/shutdown()`` asked from outside the group: this service ends at the first
+/// request, and the group (told to shut down when one of its services ends) stops gracefully,
+/// as on SIGTERM.
+struct ShutdownRequestService: Service {
+    let requests: AsyncStream<Void>
+
+    func run() async {
+        await cancelWhenGracefulShutdown {
+            for await _ in requests { return }
+        }
+    }
+}

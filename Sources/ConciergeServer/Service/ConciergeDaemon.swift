@@ -42,7 +42,8 @@ public final class ConciergeDaemon: Sendable {
     /// exporting them.
     let tracing: (tracer: RequestTracer, export: any Service)?
     private let readiness = Readiness()
-    private let groupHandle = Mutex<ServiceGroup?>(nil)
+    /// The running service group's ``ShutdownRequestService``, told by ``shutdown()``.
+    private let shutdownRequests = Mutex<AsyncStream<Void>.Continuation?>(nil)
     private let shutdownRequested = Mutex(false)
 
     /// Opens storage and builds the pipeline; throws ``StorageError`` when the state path
@@ -169,9 +170,7 @@ public final class ConciergeDaemon: Sendable {
     /// Starts a graceful shutdown, as SIGTERM does.
     public func shutdown() {
         shutdownRequested.withLock { $0 = true }
-        if let group = groupHandle.withLock({ $0 }) {
-            Task { await group.triggerGracefulShutdown() }
-        }
+        shutdownRequests.withLock { $0 }?.yield()
     }
 
     /// Runs until SIGTERM/SIGINT (when `handleSignals`) or ``shutdown()``.
@@ -187,11 +186,15 @@ public final class ConciergeDaemon: Sendable {
         func add(_ service: any Service) {
             services.append(.init(service: service, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup))
         }
-        // First, so it stops last: the spans of the last requests are exported.
+        // First: the group stops services in reverse order, so the spans of the last requests
+        // are exported and hooks are delivered to the end.
         if let tracing { add(tracing.export) }
+        add(hooks)
         add(CacheWriterService(cache: cache, logger: logger))
         if let fleet = lifecycle.fleet, let invalidations = lifecycle.fleetInvalidations {
-            add(FleetService(fleet: fleet, invalidations: invalidations, lifecycle: lifecycle))
+            // The pool before its users: it stops after them.
+            add(fleet.database.client)
+            add(FleetService(fleet: fleet, invalidations: invalidations, lifecycle: lifecycle, sharedCache: pipeline.shared))
         }
         // After the writer: the group stops services in reverse order, so refreshes end first.
         add(pipeline.revalidation)
@@ -208,12 +211,14 @@ public final class ConciergeDaemon: Sendable {
         }
         add(proxy)
         add(ScanStopService(cache: cache))
+        let (requests, requested) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        add(ShutdownRequestService(requests: requests))
         var configuration = ServiceGroupConfiguration(services: services, logger: logger)
         if handleSignals { configuration.gracefulShutdownSignals = [.sigterm, .sigint] }
         let serviceGroup = ServiceGroup(configuration: configuration)
-        groupHandle.withLock { $0 = serviceGroup }
-        if shutdownRequested.withLock({ $0 }) { await serviceGroup.triggerGracefulShutdown() }
-        defer { groupHandle.withLock { $0 = nil } }
+        shutdownRequests.withLock { $0 = requested }
+        if shutdownRequested.withLock({ $0 }) { requested.yield() }
+        defer { shutdownRequests.withLock { $0 = nil } }
         do {
             try await serviceGroup.run()
         } catch {

@@ -111,6 +111,8 @@ public actor TokenRefresher {
         let loopGuard = expirySignal ? config.maxRefreshes : nil
         let span = trace?.child("token request", attributes: ["concierge.token": config.kind == .user ? "refresh" : "app_token"])
         let lockWait = lifecycle.fleet == nil ? nil : span.flatMap { span in trace.map { $0.lockWait(under: span) } }
+        // Unstructured because the one token call is shared by every waiter: a waiter cancelled
+        // (its client gone) must not cancel the call the others await.
         let task = Task { await self.coordinated(current, stale: staleToken, loopGuard: loopGuard, generation: generation, lockWait: lockWait) }
         inFlight = task
         if let span {

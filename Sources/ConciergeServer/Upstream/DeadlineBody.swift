@@ -1,14 +1,14 @@
 import AsyncHTTPClient
+import ConciergeStorage
 import NIOCore
-import Synchronization
 
 /// An upstream reply body streamed until a deadline (the endpoint's `timeout` over the
 /// whole exchange, docs/hardening.md). Past the deadline the upstream request is cancelled, its
 /// connection closed, and iteration throws ``UpstreamFailure/timeout``; the listener then
 /// closes the client connection, so a cut body is never taken for a complete one.
 ///
-/// A producer task reads the upstream body and hands over one chunk per `next()` call, so
-/// a slow client still slows the upstream read (at most one chunk read ahead).
+/// Each chunk is read when the consumer asks for it (``Deadline/race(_:clock:exceeded:_:)``:
+/// the read against what is left of the deadline), so a slow client slows the upstream read.
 struct DeadlineBody: Sendable {
     let body: HTTPClientResponse.Body
     let deadline: NIODeadline
@@ -19,84 +19,39 @@ struct DeadlineBody: Sendable {
     }
 
     @Sendable func makeAsyncIterator() -> UpstreamBody.AsyncIterator {
-        let credits = Credits()
-        let (stream, continuation) = AsyncThrowingStream.makeStream(of: ByteBuffer.self)
-        let body = self.body
-        let producer = Task {
-            do {
-                for try await chunk in body {
-                    guard await credits.take() else { return }
-                    continuation.yield(chunk)
-                }
-                continuation.finish()
-            } catch {
-                continuation.finish(throwing: error)
-            }
-        }
+        let reader = Reader(body.makeAsyncIterator())
         let deadline = self.deadline
-        let timer = Task {
-            let left = max(0, (deadline - .now()).nanoseconds)
-            guard (try? await Task.sleep(for: .nanoseconds(left))) != nil else { return }
-            continuation.finish(throwing: UpstreamFailure.timeout)
-            producer.cancel()
-        }
-        continuation.onTermination = { _ in
-            producer.cancel()
-            timer.cancel()
-            credits.cancel()
-        }
-        return UpstreamBody.AsyncIterator(chunks: stream.makeAsyncIterator(), demand: { credits.grant() })
+        return UpstreamBody.AsyncIterator(read: {
+            let left = deadline - .now()
+            guard left.nanoseconds > 0 else {
+                reader.end()
+                throw UpstreamFailure.timeout
+            }
+            do {
+                return try await Deadline.race(.nanoseconds(left.nanoseconds), clock: ContinuousClock(),
+                                               exceeded: { UpstreamFailure.timeout }) { try await reader.next() }
+            } catch {
+                // Cancelled (the read past the deadline): the request and its connection end.
+                reader.end()
+                throw error
+            }
+        })
     }
 
-    /// How many chunks the consumer asked for and the producer has not yet handed over.
-    final class Credits: Sendable {
-        private struct State {
-            var available = 0
-            var waiter: CheckedContinuation<Bool, Never>?
-            var cancelled = false
+    /// The upstream body's iterator, read by one task at a time.
+    // @unchecked Sendable: the consumer asks for one chunk at a time, and each read (a child of
+    // its race, awaited before the race returns) ends before the next begins; `end()` runs
+    // only between reads.
+    final class Reader: @unchecked Sendable {
+        private var iterator: HTTPClientResponse.Body.AsyncIterator?
+        init(_ iterator: HTTPClientResponse.Body.AsyncIterator) { self.iterator = iterator }
+
+        func next() async throws -> ByteBuffer? {
+            guard iterator != nil else { return nil }
+            return try await iterator?.next()
         }
 
-        private let state = Mutex(State())
-
-        /// Waits for one credit; false once cancelled.
-        func take() async -> Bool {
-            await withTaskCancellationHandler {
-                await withCheckedContinuation { (c: CheckedContinuation<Bool, Never>) in
-                    let now = state.withLock { s -> Bool? in
-                        if s.cancelled { return false }
-                        if s.available > 0 {
-                            s.available -= 1
-                            return true
-                        }
-                        s.waiter = c
-                        return nil
-                    }
-                    if let now { c.resume(returning: now) }
-                }
-            } onCancel: {
-                cancel()
-            }
-        }
-
-        func grant() {
-            let waiter = state.withLock { s -> CheckedContinuation<Bool, Never>? in
-                if let w = s.waiter {
-                    s.waiter = nil
-                    return w
-                }
-                s.available += 1
-                return nil
-            }
-            waiter?.resume(returning: true)
-        }
-
-        func cancel() {
-            let waiter = state.withLock { s -> CheckedContinuation<Bool, Never>? in
-                s.cancelled = true
-                defer { s.waiter = nil }
-                return s.waiter
-            }
-            waiter?.resume(returning: false)
-        }
+        /// Drops the iterator: AsyncHTTPClient cancels the request and closes its connection.
+        func end() { iterator = nil }
     }
 }

@@ -22,13 +22,16 @@ public struct UpstreamBody: AsyncSequence, Sendable {
     public typealias Element = ByteBuffer
 
     public struct AsyncIterator: AsyncIteratorProtocol {
-        var chunks: AsyncThrowingStream<ByteBuffer, any Error>.Iterator
-        /// Told before each chunk is awaited: a producer reads at most one chunk ahead.
-        let demand: (@Sendable () -> Void)?
+        var chunks: AsyncThrowingStream<ByteBuffer, any Error>.Iterator?
+        /// Reads the next chunk when asked for it, instead of `chunks` (``DeadlineBody``).
+        var read: (@Sendable () async throws -> ByteBuffer?)?
+
+        init(chunks: AsyncThrowingStream<ByteBuffer, any Error>.Iterator) { self.chunks = chunks }
+        init(read: @escaping @Sendable () async throws -> ByteBuffer?) { self.read = read }
 
         public mutating func next() async throws -> ByteBuffer? {
-            demand?()
-            return try await chunks.next()
+            if let read { return try await read() }
+            return try await chunks?.next()
         }
     }
 
@@ -43,7 +46,7 @@ public struct UpstreamBody: AsyncSequence, Sendable {
 
     /// A body whose chunks arrive through `stream` (a scripted upstream's, in tests).
     public init(_ stream: AsyncThrowingStream<ByteBuffer, any Error>) {
-        start = { AsyncIterator(chunks: stream.makeAsyncIterator(), demand: nil) }
+        start = { AsyncIterator(chunks: stream.makeAsyncIterator()) }
     }
 
     /// A body already at hand; `failure` ends it with that error after the chunks.
