@@ -71,8 +71,11 @@ final class MissPathRig: Sendable {
         transport = LoopScriptedTransport(MissPathScript.reply)
         var lifecycle = SessionLifecycle(session: session, cache: cache, stats: ProxyStats(), events: EventBus(), logger: logger)
         lifecycle.clock = clock
-        pipeline = ConciergeDaemon.makePipeline(runtime: Runtime(config: config), cache: cache, lifecycle: lifecycle,
-                                                transport: transport, logger: logger)
+        let runtime = Runtime(config: config)
+        let sessions = try SessionRegistry(parts: .init(database: database, cache: cache, transport: transport, runtime: runtime, logger: logger),
+                                           base: lifecycle, perClientDefault: nil)
+        runtime.bind(sessions.bind)
+        pipeline = ConciergeDaemon.makePipeline(runtime: runtime, sessions: sessions, transport: transport, logger: logger)
     }
 
     /// Logs in with the first tokens when no session is there (a logout code or warning ended it).
