@@ -185,8 +185,10 @@ public func withTimeout<T: Sendable>(_ limit: Duration, _ work: @escaping @Senda
     }
 }
 
-/// Polls `condition` every 20 ms for at most `limit`.
-public func eventually(_ limit: Duration = .seconds(5), _ condition: @Sendable () async throws -> Bool) async rethrows -> Bool {
+/// Polls `condition` every 20 ms for at most `limit`. Every caller waits for something that
+/// must happen, so the bound is generous (a loaded 2-core CI machine running the whole suite
+/// at once has taken over 5 s to deliver a hook); a passing wait ends at the first true.
+public func eventually(_ limit: Duration = .seconds(30), _ condition: @Sendable () async throws -> Bool) async rethrows -> Bool {
     let deadline = ContinuousClock.now + limit
     while ContinuousClock.now < deadline {
         if try await condition() { return true }

@@ -128,7 +128,7 @@ struct BoundedPatternTests {
         // which the bound stays under.
         #expect(slowestHealth < .seconds(8), "slowest /health \(slowestHealth)")
         // The misses were stored meanwhile (one writer, never held by a scan).
-        let stored = await eventually(.seconds(10)) {
+        let stored = await eventually {
             let listed = try? await ConciergeTestRig.send(.GET, admin + "/cache/entries?pattern=during%3D&limit=1000", headers: auth)
             return listed?.json?[path: "entries"]?.arrayValue?.count == 200
         }

@@ -153,7 +153,7 @@ struct CacheTests {
         #expect(restarted.api.state.calls("/api/items") == 1)
         let bumped = try await restarted.restart { $0.replacingOccurrences(of: "log:\n", with: "cache:\n  version: 2\nlog:\n") }
         #expect(try await bumped.get("/api/items?limit=4").header("X-Cache") == "MISS")
-        #expect(await eventually(.seconds(5)) { (try? await bumped.admin(.GET, "/cache/entries"))?.json?[path: "entries"]?.serialized.contains("v=1") == false })
+        #expect(await eventually { (try? await bumped.admin(.GET, "/cache/entries"))?.json?[path: "entries"]?.serialized.contains("v=1") == false })
         await bumped.stop()
     }
 

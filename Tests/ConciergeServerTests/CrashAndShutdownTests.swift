@@ -49,7 +49,7 @@ struct CrashAndShutdownTests {
             let started = ContinuousClock.now
             let daemon = try DaemonProcess.start(binary: ProcessTests.binary, config: configText)
             let ports = try await daemon.ports()
-            let healthy = await eventually(.seconds(10)) {
+            let healthy = await eventually {
                 (try? await ConciergeTestRig.send(.GET, "http://127.0.0.1:\(ports.admin)/health"))?.status == 200
             }
             #expect(healthy)

@@ -389,7 +389,7 @@ struct SampleAPIDialectTests {
                                                          body: "grant_type=refresh_token&refresh_token=\(refresh)&\(Self.client)")
             #expect(reused.status == 400)
             #expect(reused.json?[path: "error"] == "invalid_grant")
-            let expired = try await eventually(.seconds(10)) {
+            let expired = try await eventually {
                 try await ConciergeTestRig.send(.GET, base + "/api/me", headers: bearer).status == 401
             }
             #expect(expired)

@@ -97,7 +97,7 @@ struct DurableInvalidationTests {
         let daemon = try DaemonProcess.start(binary: ProcessTests.binary, config: config(storage: storage, apiPort: apiPort))
         let ports = try await daemon.ports()
         let admin = "http://127.0.0.1:\(ports.admin)"
-        let healthy = await eventually(.seconds(10)) { (try? await ConciergeTestRig.send(.GET, admin + "/health"))?.status == 200 }
+        let healthy = await eventually { (try? await ConciergeTestRig.send(.GET, admin + "/health"))?.status == 200 }
         #expect(healthy)
         return (daemon, "http://127.0.0.1:\(ports.proxy)", admin)
     }

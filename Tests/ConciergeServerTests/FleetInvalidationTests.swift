@@ -103,7 +103,7 @@ extension FleetTests {
         try await Self.withFleet { rigs, _, _ in
             for rig in rigs { #expect(try await rig.get("/cgi-bin/items?waited=1").status == 200) }
             // Every node reports within a second of starting.
-            #expect(try await eventually(.seconds(10)) { try await rigs[0].admin(.GET, "/fleet").json?[path: "nodes"]?.arrayValue?.count == 3 })
+            #expect(try await eventually { try await rigs[0].admin(.GET, "/fleet").json?[path: "nodes"]?.arrayValue?.count == 3 })
             let waited = try await rigs[0].admin(.POST, "/cache/invalidate?wait=fleet", json: ["pattern": "waited=1"])
             #expect(waited.status == 200)
             #expect(waited.json?[path: "fleet.lagging"] == [], "\(waited.text)")

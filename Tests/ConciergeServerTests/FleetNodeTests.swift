@@ -27,11 +27,11 @@ extension FleetTests {
             // The process asks first: it takes the row's lock and waits on the 2-second token endpoint.
             let held = Task { try? await ConciergeTestRig.send(.GET, "http://127.0.0.1:\(ports.proxy)/cgi-bin/items?held=1") }
             let holding = "SELECT pid FROM pg_stat_activity WHERE state = 'idle in transaction' AND datname = 'concierge'"
-            #expect(try await eventually(.seconds(5)) { !(try await cluster.sql(holding)).isEmpty })
+            #expect(try await eventually { !(try await cluster.sql(holding)).isEmpty })
             async let storm = Self.storm(rigs, count: 30, tag: "killed")
             // Both in-process nodes queue on the lock behind it.
             let waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = 'concierge'"
-            #expect(try await eventually(.seconds(5)) { Int(try await cluster.sql(waiting).trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0 >= 1 })
+            #expect(try await eventually { Int(try await cluster.sql(waiting).trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0 >= 1 })
             let killedAt = ContinuousClock.now
             holder.signal(SIGKILL)
             let statuses = try await storm
@@ -58,7 +58,7 @@ extension FleetTests {
             let rig = try await ConciergeTestRig.start(endpoints: DialectTestConfig.weChatEndpoints, extra: DialectTestConfig.weChat() + "\n" + fleet,
                                                        apiConfiguration: SampleAPIConfiguration(dialect: .wechat),
                                                        environment: DialectTestConfig.environment)
-            #expect(try await eventually(.seconds(10)) { rig.logText.contains(words) }, "\(rig.logText.split(separator: "\n").filter { $0.contains("PostgreSQL") && !$0.contains("Starting") })")
+            #expect(try await eventually { rig.logText.contains(words) }, "\(rig.logText.split(separator: "\n").filter { $0.contains("PostgreSQL") && !$0.contains("Starting") })")
             let line = rig.logText.split(separator: "\n").first { $0.contains(words) } ?? ""
             #expect(line.contains("ERROR") && !line.contains("fleet-db-secret"), "\(line)")
             #expect(try await rig.get("/cgi-bin/items?alone=1").status == 200)
@@ -78,7 +78,7 @@ extension FleetTests {
                 let token = String(format: "%04d", i) + "-token-set-by-hand"
                 let shown = try #require(try await rigs[0].admin(.PUT, "/session", json: ["access_token": .string(token)]).json?[path: "access_token"])
                 let began = ContinuousClock.now
-                #expect(try await eventually(.seconds(5)) { try await rigs[1].admin(.GET, "/session").json?[path: "access_token"] == shown })
+                #expect(try await eventually { try await rigs[1].admin(.GET, "/session").json?[path: "access_token"] == shown })
                 delays.append(ContinuousClock.now - began)
             }
             delays.sort()

@@ -64,7 +64,7 @@ extension FleetTests {
     /// Logs in through the first node and waits (bounded) until every node serves the user.
     static func logInEverywhere(_ rigs: [ConciergeTestRig]) async throws {
         #expect(try await RealProviderTests.login(rigs[0]).status == 200)
-        for rig in rigs { #expect(try await eventually(.seconds(10)) { try await rig.get("/api/me").status == 200 }) }
+        for rig in rigs { #expect(try await eventually { try await rig.get("/api/me").status == 200 }) }
     }
 
     /// One round: `perNode` concurrent requests on every node; the statuses.
@@ -168,7 +168,7 @@ extension FleetTests {
                 try await ConciergeTestRig.send(.GET, holderAdmin + "/fleet", headers: auth).json?[path: "state"] == "ok"
             })
             #expect(try await RealProviderTests.login(taker).status == 200)
-            #expect(try await eventually(.seconds(10)) {
+            #expect(try await eventually {
                 try await ConciergeTestRig.send(.GET, holderAdmin + "/session", headers: auth).json?[path: "logged_in"] == true
             })
             // The provider rotates at once and holds its reply back for 5 s: the holder dies meanwhile.
@@ -176,7 +176,7 @@ extension FleetTests {
             try await provider.expireAccessTokens()
             let spent = RealProviderTests.int(try await provider.stats(), "refresh_grants")
             let held = Task { try? await ConciergeTestRig.send(.GET, "http://127.0.0.1:\(ports.proxy)/api/me?held=1") }
-            #expect(try await eventually(.seconds(10)) { RealProviderTests.int(try await provider.stats(), "refresh_grants") > spent },
+            #expect(try await eventually { RealProviderTests.int(try await provider.stats(), "refresh_grants") > spent },
                     "the holder's refresh grant rotated the refresh token")
             holder.signal(SIGKILL)
             _ = await held.value

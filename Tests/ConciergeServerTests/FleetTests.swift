@@ -119,7 +119,7 @@ struct FleetTests {
             #expect(api.state.lastRequest("/cgi-bin/items")?.queryValue("access_token") == token)
             let loggedOut = try await rigs[0].admin(.DELETE, "/session")
             #expect(loggedOut.json?[path: "logged_out"] == true)
-            #expect(try await eventually(.seconds(5)) { try await rigs[1].admin(.GET, "/session").json?[path: "logged_in"] == false })
+            #expect(try await eventually { try await rigs[1].admin(.GET, "/session").json?[path: "logged_in"] == false })
         }
     }
 
@@ -153,7 +153,7 @@ struct FleetTests {
             try await cluster.startServer()
             #expect(try await eventually(.seconds(30)) { try await rig.admin(.GET, "/fleet").json?[path: "state"] == "ok" })
             // The token renewed alone reached the fleet's row once PostgreSQL was back.
-            #expect(try await eventually(.seconds(10)) {
+            #expect(try await eventually {
                 (try await rig.admin(.GET, "/fleet").json?[path: "session_version"]?.intValue ?? 0) > before
             })
         }
@@ -269,7 +269,7 @@ extension FleetTests {
             async let storm = Self.storm(rigs, count: 30, tag: "lost")
             // The holder waits on the 2-second token endpoint with the row locked: cut it.
             let holder = "SELECT pid FROM pg_stat_activity WHERE state = 'idle in transaction' AND datname = 'concierge'"
-            #expect(try await eventually(.seconds(5)) { !(try await cluster.sql(holder)).isEmpty })
+            #expect(try await eventually { !(try await cluster.sql(holder)).isEmpty })
             let began = ContinuousClock.now
             _ = try await cluster.sql("SELECT pg_terminate_backend(pid) FROM (\(holder)) AS h")
             let statuses: [Int]

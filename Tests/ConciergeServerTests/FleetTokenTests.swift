@@ -62,7 +62,7 @@ struct FleetTokenTests {
 
     /// Whether every node reports `logged_in` as `expected` (bounded wait).
     static func everyNode(_ rigs: [ConciergeTestRig], loggedIn expected: Bool) async throws -> Bool {
-        try await eventually(.seconds(10)) {
+        try await eventually {
             for rig in rigs where try await rig.admin(.GET, "/session").json?[path: "logged_in"] != .bool(expected) { return false }
             return true
         }
@@ -87,13 +87,13 @@ struct FleetTokenTests {
                 #expect(try await Self.everyNode(rigs, loggedIn: true))
                 #expect(try await rigs[0].admin(.DELETE, "/session").status == 200)
                 #expect(try await Self.everyNode(rigs, loggedIn: false))
-                #expect(try await eventually(.seconds(10)) { try await revokeCalls() == 1 })
+                #expect(try await eventually { try await revokeCalls() == 1 })
                 // A marker: the next logout's revocation comes after any the first one caused.
                 #expect(try await RealProviderTests.login(rigs[1]).status == 200)
                 #expect(try await Self.everyNode(rigs, loggedIn: true))
                 #expect(try await rigs[1].admin(.DELETE, "/session").status == 200)
                 #expect(try await Self.everyNode(rigs, loggedIn: false))
-                #expect(try await eventually(.seconds(10)) { try await revokeCalls() >= 2 })
+                #expect(try await eventually { try await revokeCalls() >= 2 })
                 let perLogout = try await revokeCalls()
                 print("fleet of 3: \(perLogout) revoke calls for 2 logouts")
                 #expect(perLogout == 2, "one revoke call per fleet logout")
@@ -109,7 +109,7 @@ struct FleetTokenTests {
                 #expect(try await RealProviderTests.login(rigs[0]).status == 200)
                 #expect(try await Self.everyNode(rigs, loggedIn: true))
                 #expect(try await rigs[0].admin(.DELETE, "/session").status == 200)
-                #expect(try await eventually(.seconds(10)) { try await revokeCalls() >= 3 })
+                #expect(try await eventually { try await revokeCalls() >= 3 })
                 #expect(try await revokeCalls() == 3, "the failed refresh's logout revoked nothing on any node")
             }
         } catch {

@@ -40,7 +40,7 @@ struct HostileInputTests {
 
     /// Waits until the upstream has no open connection (the aborted request was closed).
     static func upstreamQuiet(_ upstream: RecordingUpstream) async -> Bool {
-        await eventually(.seconds(5)) { upstream.openConnections == 0 }
+        await eventually { upstream.openConnections == 0 }
     }
 
     // MARK: Header names and values Concierge builds

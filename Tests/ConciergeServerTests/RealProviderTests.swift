@@ -127,7 +127,7 @@ struct RealProviderTests {
                 #expect(try await rig.get("/api/me").status == 200)
                 #expect(try await rig.admin(.DELETE, "/session").status == 200)
             }
-            let revoked = try await eventually(.seconds(10)) { Self.int(try await provider.stats(), "live_refresh_tokens") == 0 }
+            let revoked = try await eventually { Self.int(try await provider.stats(), "live_refresh_tokens") == 0 }
             let stats = try await provider.stats()
             let revocationLines = rig.logText.split(separator: "\n").filter { $0.contains("revo") }
             #expect(revoked, "\(stats) \(revocationLines)")

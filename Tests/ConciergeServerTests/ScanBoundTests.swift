@@ -86,7 +86,7 @@ struct ScanBoundTests {
         let second = Task { try? await ConciergeTestRig.send(.GET, listing, headers: auth, timeout: .seconds(60)) }
         // SIGTERM once the scan is under way: the daemon, idle otherwise, has spent CPU on it.
         let cpuBefore = Self.cpuTicks(daemon.pid)
-        #expect(await eventually(.seconds(10)) { Self.cpuTicks(daemon.pid) >= cpuBefore + 30 })
+        #expect(await eventually { Self.cpuTicks(daemon.pid) >= cpuBefore + 30 })
         let termStart = ContinuousClock.now
         daemon.signal(SIGTERM)
         let status = try await daemon.wait(limit: .seconds(grace + 10))

@@ -104,7 +104,7 @@ struct TracingTests {
             try await ConciergeTestRig.with(endpoints: Self.endpoints, extra: Self.telemetry(receiver.baseURL)) { rig in
                 async let first = rig.get("/api/slow?ms=600")
                 // The second arrives while the first waits for the upstream.
-                #expect(await eventually(.seconds(5)) { rig.api.state.calls("/api/slow") == 1 })
+                #expect(await eventually { rig.api.state.calls("/api/slow") == 1 })
                 let second = try await rig.get("/api/slow?ms=600")
                 #expect(try await first.code == 200)
                 #expect(second.code == 200)
