@@ -312,6 +312,31 @@ http {
 EOF
 }
 
+# nginx_conf DIR PROCESS_DIRECTIVES HTTP_BLOCK: DIR/nginx.conf (nginx_head, then the block), checked.
+nginx_conf() {
+    mkdir -p "$1/tmp" "$1/cache"
+    [ "$(id -u)" = 0 ] && chown -R nobody:nogroup "$1/tmp" "$1/cache"
+    { nginx_head "$1" "$2"; printf '    keepalive_requests 1000000;\n%s\n}\n' "$3"; } > "$1/nginx.conf"
+    nginx -t -q -e "$1/error.log" -c "$1/nginx.conf" -p "$1/"
+}
+
+# start_fast_origin DIR PORT: runs (in the foreground: start it with &) a fast origin on PORT,
+# nginx `return 200` with a 1 KB JSON body and `Cache-Control: max-age=60`, one worker, its
+# files in DIR: a slow origin on the same two cores would hide a proxy's own cost.
+start_fast_origin() {
+    local padding
+    padding=$(head -c 900 /dev/zero | tr '\0' 'x')
+    nginx_conf "$1" "worker_processes 1;" "    server {
+        listen 127.0.0.1:$2;
+        location / {
+            default_type application/json;
+            add_header Cache-Control \"max-age=60\";
+            return 200 '{\"code\":200,\"msg\":\"ok\",\"data\":{\"items\":[{\"id\":1,\"name\":\"item 1\",\"note\":\"$padding\"}]}}';
+        }
+    }"
+    exec nginx -e "$1/error.log" -c "$1/nginx.conf" -p "$1/"
+}
+
 # --- filling a cache without the daemon ---------------------------------------------------
 
 # fill_entries DB UPSTREAM ENTRIES NOTE_BYTES [TAG_GROUPS]: writes ENTRIES rows straight into

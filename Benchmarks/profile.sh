@@ -84,26 +84,9 @@ make_workdir concierge-prof
 
 demangle() { cg_demangle; }
 
-# nginx_conf DIR PROCESS_DIRECTIVES HTTP_BLOCK: DIR/nginx.conf (nginx_head, then the block), checked.
-nginx_conf() {
-    mkdir -p "$1/tmp" "$1/cache"
-    [ "$(id -u)" = 0 ] && chown -R nobody:nogroup "$1/tmp" "$1/cache"
-    { nginx_head "$1" "$2"; printf '    keepalive_requests 1000000;\n%s\n}\n' "$3"; } > "$1/nginx.conf"
-    nginx -t -q -e "$1/error.log" -c "$1/nginx.conf" -p "$1/"
-}
-
 SAMPLE_PORT=$(free_port)
 if [ "$ORIGIN" = nginx ]; then
-    padding=$(head -c 900 /dev/zero | tr '\0' 'x')
-    nginx_conf "$WORK/origin" "worker_processes 1;" "    server {
-        listen 127.0.0.1:$SAMPLE_PORT;
-        location / {
-            default_type application/json;
-            add_header Cache-Control \"max-age=60\";
-            return 200 '{\"code\":200,\"msg\":\"ok\",\"data\":{\"items\":[{\"id\":1,\"name\":\"item 1\",\"note\":\"$padding\"}]}}';
-        }
-    }"
-    nginx -e "$WORK/origin/error.log" -c "$WORK/origin/nginx.conf" -p "$WORK/origin/" > "$WORK/sample.log" 2>&1 &
+    start_fast_origin "$WORK/origin" "$SAMPLE_PORT" > "$WORK/sample.log" 2>&1 &
 else
     "$SAMPLE_BIN" --host 127.0.0.1 --port "$SAMPLE_PORT" > "$WORK/sample.log" 2>&1 &
 fi

@@ -29,7 +29,8 @@ public final class CacheStore: Sendable {
 
     public let database: StorageDatabase
     public let hot: HotTier
-    public let maxBytes: Int
+    /// `storage.max_bytes`, the bound eviction keeps the file under (``limit(toBytes:)`` changes it).
+    public var maxBytes: Int { writer.maxBytes }
     let reader: CacheReader
     let writer: CacheWriter
 
@@ -49,7 +50,6 @@ public final class CacheStore: Sendable {
     init(database: StorageDatabase, maxBytes: Int, memoryBytes: Int, logger: Logger,
          encodeHead: (@Sendable (CacheEntry) -> EncodedHead?)?, clock: WallClock, groupCommitDelay: Duration) throws {
         self.database = database
-        self.maxBytes = maxBytes
         // The daemon's tier (it encodes heads) counts what each entry's allocations take too.
         hot = HotTier(capacityBytes: memoryBytes, entryOverhead: encodeHead == nil ? 0 : HotTier.allocationOverhead)
         // The rows are read by the writer as it starts, between its batches (``KeyIndex``):
@@ -233,6 +233,12 @@ public final class CacheStore: Sendable {
         await withCheckedContinuation { continuation in
             writer.enqueue(.sweep(currentVersions, continuation))
         }
+    }
+
+    /// A new `storage.max_bytes` (a reload): when the cache is above it, the writer evicts the
+    /// least recently used entries down to it at its next pass, as it does when entries come in.
+    public func limit(toBytes bytes: Int) {
+        writer.limit(toBytes: bytes)
     }
 
     /// Returns once everything queued before the call is committed, and `droppingFromMemory`

@@ -172,6 +172,21 @@ struct AdminAPITests {
         }
     }
 
+    @Test("a reload applies a new storage.max_bytes at once; a new memory_bytes is noted as needing a restart")
+    func reloadStorageBounds() async throws {
+        try await ConciergeTestRig.with { rig in
+            #expect(rig.daemon.cache.maxBytes == 64 << 20)
+            let original = try String(contentsOfFile: rig.configPath, encoding: .utf8)
+            try original.replacingOccurrences(of: "max_bytes: 64MB", with: "max_bytes: 2MB")
+                .replacingOccurrences(of: "memory_bytes: 8MB", with: "memory_bytes: 4MB")
+                .write(toFile: rig.configPath, atomically: true, encoding: .utf8)
+            let reply = try await rig.admin(.POST, "/reload")
+            #expect(reply.json?[path: "reloaded"] == .bool(true))
+            #expect(rig.daemon.cache.maxBytes == 2 << 20)
+            #expect(reply.json?[path: "message"]?.stringValue?.contains("storage.memory_bytes changes only on restart") == true, "\(reply.text)")
+        }
+    }
+
     @Test("PUT and DELETE /session set tokens by hand and log out (dropping the user's entries)")
     func sessionControl() async throws {
         try await ConciergeTestRig.with { rig in

@@ -74,8 +74,27 @@ struct TracingTests {
                 let token = try #require(children.first { $0.name == "token request" }, "\(children)")
                 #expect(token.string("concierge.token") == "refresh")
                 #expect(server.links.contains { $0.spanID == token.spanID }, "the server span links to the token request")
-                // The request's log line carries its trace and span ids.
+                // The request's log line carries its trace and span ids; a line the token
+                // request wrote carries the ids of its own span.
                 #expect(rig.logs.lines.contains { $0.contains(server.traceID) && $0.contains(server.spanID) && $0.contains("/api/user/info") })
+                #expect(rig.logs.lines.contains { $0.contains("access token refreshed") && $0.contains("trace_id=\(token.traceID)")
+                    && $0.contains("span_id=\(token.spanID)") }, "\(rig.logs.lines.filter { $0.contains("refreshed") })")
+            }
+        }
+    }
+
+    @Test("the log lines a traced request writes on its way carry its trace and span ids, on the loop's miss and in a task")
+    func logLinesCarryIDs() async throws {
+        try await Self.withReceiver { receiver in
+            try await ConciergeTestRig.with(endpoints: Self.endpoints, extra: Self.telemetry(receiver.baseURL)) { rig in
+                #expect(try await rig.get("/api/fail?status=500").status == 502)
+                #expect(try await rig.get("/api/nonjson").status == 502)
+                let spans = try await receiver.waitForSpans { !Self.servers($0, route: "fail").isEmpty && !Self.servers($0, route: "nonJSON").isEmpty }
+                for (route, words) in [("fail", "upstream answered an HTTP error"), ("nonJSON", "upstream reply is not JSON")] {
+                    let server = try #require(Self.servers(spans, route: route).first, "\(spans)")
+                    #expect(rig.logs.lines.contains { $0.contains(words) && $0.contains("trace_id=\(server.traceID)")
+                        && $0.contains("span_id=\(server.spanID)") }, "\(words): \(rig.logs.lines.filter { $0.contains(words) })")
+                }
             }
         }
     }

@@ -409,6 +409,29 @@ struct CacheStoreTests {
         #expect(fixture.database.fileBytes <= maxBytes)
     }
 
+    @Test("a lower maxBytes (a reload) evicts down to it at once, oldest first, with nothing new written")
+    func loweredLimitEvicts() async throws {
+        let dir = try TempDirectory()
+        defer { dir.remove() }
+        let fixture = try StoreFixture(path: dir.path("cache.sqlite"), maxBytes: 8 << 20, memoryBytes: 128 << 10)
+        let store = fixture.store
+        for i in 0..<100 { store.store(makeEntry(key: Self.blobKey(i), endpoint: "blob", size: 16 << 10)) }
+        try await fixture.flush()
+        try await fixture.flush()
+        #expect(store.entryCount == 100, "8 MB holds 100 entries of 16 KB")
+        store.limit(toBytes: 1 << 20)
+        #expect(store.maxBytes == 1 << 20)
+        // The writer's next pass evicts, before it answers a flush queued after the call; a
+        // pass is time-bounded and goes on at the next one, so a loaded machine may need more.
+        for _ in 0..<50 where store.byteCount > (1 << 20) / 10 * 8 { try await fixture.flush() }
+        #expect(store.byteCount <= (1 << 20) / 10 * 8, "\(store.byteCount) bytes left")
+        #expect(store.entryCount > 0 && store.entryCount < 100)
+        #expect(try await storedKeys(store).count == store.entryCount)
+        #expect(try await bounded("lookup") { await store.lookup(Self.blobKey(99)) } != nil)
+        #expect(try await bounded("lookup") { await store.lookup(Self.blobKey(0)) } == nil)
+        try await fixture.finish()
+    }
+
     @Test("eviction is least recently used: an entry read recently outlives older untouched ones")
     func evictionHonoursAccess() async throws {
         let dir = try TempDirectory()

@@ -36,7 +36,7 @@ struct EnvelopeSuccess: Sendable {
     func settle(_ upstreamAnswer: ProxyAnswer, response: UpstreamResponse, json: JSONValue?, captured: TokenReply?,
                 capture: ConciergeConfig.Capture?, _ p: PreparedRequest, _ attempt: UpstreamExchange.Attempt) -> Settled {
         if !p.endpoint.validate.isEmpty, let json, let problem = ResponseValidator(rules: p.endpoint.validate).problem(in: json) {
-            logger.warning("reply failed validation", metadata: ["endpoint": "\(p.endpoint.name)", "problem": "\(problem)"])
+            logger.warning("reply failed validation", metadata: p.logMetadata(["endpoint": "\(p.endpoint.name)", "problem": "\(problem)"]))
             return .done(.failure(attempt.answer(LocalReplies.invalid(p.config, problem: problem), p)))
         }
         var answer = upstreamAnswer

@@ -188,8 +188,8 @@ extension ProxyPipeline {
         } catch {
             exchange.stats.increment(.httpInvalidationsSkipped)
             exchange.logger.error("an unsafe request's invalidation was skipped: storage failed",
-                                  metadata: ["endpoint": "\(p.endpoint.name)", "method": "\(p.request.method)",
-                                             "urls": "\(urlKeys.count)", "error": "\(error)"])
+                                  metadata: p.logMetadata(["endpoint": "\(p.endpoint.name)", "method": "\(p.request.method)",
+                                                           "urls": "\(urlKeys.count)", "error": "\(error)"]))
         }
     }
 

@@ -93,8 +93,13 @@ public final class ProxyPipeline: Sendable {
     }
 
     /// Carries out a plan in a task (``RequestPlan/decide(_:hotTier:loopMiss:hit:)`` chose it):
-    /// steps 4–9 in the order of docs/architecture.md.
+    /// steps 4–9 in the order of docs/architecture.md. The log lines of a traced request's work
+    /// carry its trace ids.
     nonisolated(nonsending) func run(_ plan: RequestPlan.TaskPlan) async -> ProxyAnswer {
+        await TraceLogContext.withTrace(plan.request.trace) { await carryOut(plan) }
+    }
+
+    private nonisolated(nonsending) func carryOut(_ plan: RequestPlan.TaskPlan) async -> ProxyAnswer {
         switch plan {
         case .passThrough(let p, let body):
             return await exchange.forwardStreamed(p, body: body)

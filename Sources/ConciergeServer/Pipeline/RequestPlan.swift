@@ -39,6 +39,14 @@ enum RequestPlan: Sendable {
         case exchange(PreparedRequest)
         /// An opaque endpoint (neither envelope nor cached): both bodies stream through.
         case passThrough(PreparedRequest, body: IncomingRequest.Body?)
+
+        /// The request the plan carries out.
+        var request: PreparedRequest {
+            switch self {
+            case .awaitedMiss(let p, _), .bypass(let p, _), .httpCaching(let p, _), .exchange(let p), .passThrough(let p, _): return p
+            case .unsafeHTTP(let p): return p
+            }
+        }
     }
 
     /// The usual miss that the event loop can carry: everything steps 4–6 need was found

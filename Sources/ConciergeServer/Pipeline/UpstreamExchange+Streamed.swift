@@ -39,7 +39,7 @@ extension UpstreamExchange {
             }
             stats.increment(.upstreamErrors)
             health.mark(p.upstream.name, down: true)
-            logger.warning("upstream request failed", metadata: ["endpoint": "\(p.endpoint.name)", "error": "\(error)"])
+            logger.warning("upstream request failed", metadata: p.logMetadata(["endpoint": "\(p.endpoint.name)", "error": "\(error)"]))
             let status = { if case .timeout = error { return 504 } else { return 502 } }()
             return attempt.answer(LocalReplies.unavailable(p.config, status: status), p)
         }

@@ -133,8 +133,8 @@ struct UpstreamExchange: Sendable {
         stats.recordUpstream(duration: elapsed)
         stats.increment(.upstreamErrors)
         health.mark(p.upstream.name, down: true)
-        logger.warning("upstream request failed", metadata: ["endpoint": "\(p.endpoint.name)", "upstream": "\(p.upstream.name)",
-                                                             "error": "\(error)"].merging(p.trace?.logMetadata ?? [:]) { $1 })
+        logger.warning("upstream request failed", metadata: p.logMetadata(["endpoint": "\(p.endpoint.name)", "upstream": "\(p.upstream.name)",
+                                                                           "error": "\(error)"]))
         let status = { if case .timeout = error { return 504 } else { return 502 } }()
         return .upstreamDown(attempt.answer(LocalReplies.unavailable(p.config, status: status), p))
     }
@@ -262,7 +262,7 @@ struct UpstreamExchange: Sendable {
         }
         if response.status >= 500 {
             stats.increment(.upstreamErrors)
-            logger.warning("upstream answered an HTTP error", metadata: ["endpoint": "\(p.endpoint.name)", "status": "\(response.status)"])
+            logger.warning("upstream answered an HTTP error", metadata: p.logMetadata(["endpoint": "\(p.endpoint.name)", "status": "\(response.status)"]))
             return .step(.done(.upstreamDown(attempt.answer(LocalReplies.unavailable(p.config), p))))
         }
         return verdictOfEnvelope(response, upstreamAnswer, p, attempt)
@@ -304,8 +304,8 @@ struct UpstreamExchange: Sendable {
             // An HTTP error without a JSON body (a bare 401/404): passed on as a failure.
             return .step(.done(.failure(upstreamAnswer)))
         case .notJSON:
-            logger.warning("upstream reply is not JSON", metadata: ["endpoint": "\(p.endpoint.name)", "status": "\(response.status)",
-                                                                    "bytes": "\(response.body.readableBytes)"])
+            logger.warning("upstream reply is not JSON", metadata: p.logMetadata(["endpoint": "\(p.endpoint.name)", "status": "\(response.status)",
+                                                                                  "bytes": "\(response.body.readableBytes)"]))
             return .step(.done(.failure(attempt.answer(LocalReplies.unavailable(p.config), p))))
         case .refresh:
             guard let stale = attempt.token else { return .step(.done(.failure(upstreamAnswer))) }
@@ -330,7 +330,7 @@ struct UpstreamExchange: Sendable {
     nonisolated(nonsending) private func renew(_ p: PreparedRequest, replacing stale: String, _ attempt: Attempt, upstreamAnswer: ProxyAnswer) async -> Step {
         let session = p.config.settings.session
         guard attempt.replays < session.maxReplays else {
-            logger.warning("token still expired after the last replay", metadata: ["endpoint": "\(p.endpoint.name)", "replays": "\(attempt.replays)"])
+            logger.warning("token still expired after the last replay", metadata: p.logMetadata(["endpoint": "\(p.endpoint.name)", "replays": "\(attempt.replays)"]))
             return .done(.failure(upstreamAnswer))
         }
         let outcome = await (p.sessionUnit?.refresher ?? refresher).freshToken(replacing: stale, trace: p.trace)
@@ -349,7 +349,7 @@ struct UpstreamExchange: Sendable {
     nonisolated(nonsending) private func warn(code: Int, actions: Set<ConciergeConfig.WarningAction>, json: JSONValue?, _ p: PreparedRequest, token: String?) async {
         let message = p.config.envelope.message(json) ?? ""
         if actions.contains(.log) {
-            logger.warning("warning code from upstream", metadata: ["code": "\(code)", "endpoint": "\(p.endpoint.name)", "msg": "\(message)"])
+            logger.warning("warning code from upstream", metadata: p.logMetadata(["code": "\(code)", "endpoint": "\(p.endpoint.name)", "msg": "\(message)"]))
         }
         let lifecycle = p.sessionUnit?.lifecycle ?? self.lifecycle
         if actions.contains(.event) {

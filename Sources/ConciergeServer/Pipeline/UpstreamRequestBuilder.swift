@@ -40,7 +40,7 @@ enum UpstreamRequestBuilder {
         if let token { p.config.injector.inject(token, into: &request) }
         if let signer = p.config.signer(for: p.endpoint) {
             let signed = signer.sign(&request)
-            logger.debug("signed request", metadata: ["endpoint": "\(p.endpoint.name)", "string": "\(p.config.redactor.redactForm(signed))"])
+            logger.debug("signed request", metadata: p.logMetadata(["endpoint": "\(p.endpoint.name)", "string": "\(p.config.redactor.redactForm(signed))"]))
         }
         // The fields as a list, wrapped once at the end: `HTTPHeaders.add` checks every name
         // again, `replaceOrAdd` rewrites the list.

@@ -314,6 +314,8 @@ public final class ConciergeDaemon: Sendable {
                 notes.append("listen addresses change only on restart")
             }
             if config.storage.path != old.storage.path { notes.append("storage.path changes only on restart") }
+            if config.storage.memoryBytes != old.storage.memoryBytes { notes.append("storage.memory_bytes changes only on restart") }
+            if config.storage.maxBytes != old.storage.maxBytes { cache.limit(toBytes: config.storage.maxBytes) }
             await sessions.retire(keeping: config)
             runtime.replace(with: config)
             let message = "configuration reloaded from \(configPath)" + (notes.isEmpty ? "" : " (\(notes.joined(separator: "; ")))")

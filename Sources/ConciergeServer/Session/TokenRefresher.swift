@@ -113,7 +113,13 @@ public actor TokenRefresher {
         let lockWait = lifecycle.fleet == nil ? nil : span.flatMap { span in trace.map { $0.lockWait(under: span) } }
         // Unstructured because the one token call is shared by every waiter: a waiter cancelled
         // (its client gone) must not cancel the call the others await.
-        let task = Task { await self.coordinated(current, stale: staleToken, loopGuard: loopGuard, generation: generation, lockWait: lockWait) }
+        // Its log lines carry the ids of its own span when traced.
+        let logIDs = trace.flatMap { trace in span.map { TraceLogContext.metadata(of: $0, trace.tracer) } }
+        let task = Task {
+            await TraceLogContext.$metadata.withValue(logIDs) {
+                await self.coordinated(current, stale: staleToken, loopGuard: loopGuard, generation: generation, lockWait: lockWait)
+            }
+        }
         inFlight = task
         if let span {
             inFlightSpan = span.context

@@ -163,6 +163,31 @@ extension PreparedRequest {
         guard let carrier = traceCarrier else { return nil }
         return carrier as? RequestTrace
     }
+
+    /// `metadata` for a log line about this request: with its `trace_id` and `span_id` when it
+    /// is traced (lines logged in an event loop's callbacks, where no task-local is set).
+    func logMetadata(_ metadata: Logger.Metadata) -> Logger.Metadata {
+        guard let trace else { return metadata }
+        return metadata.merging(trace.logMetadata) { $1 }
+    }
+}
+
+/// The trace ids every log line written in a task carries (``ConciergeLogHandler`` reads it):
+/// set for a traced request's work in a task, and for a token request with the ids of its span.
+enum TraceLogContext {
+    @TaskLocal static var metadata: Logger.Metadata?
+
+    /// Runs `work` with the log lines it writes carrying `trace`'s ids; as is when untraced.
+    static func withTrace<T>(_ trace: RequestTrace?, _ work: () async -> T) async -> T {
+        guard let trace else { return await work() }
+        return await $metadata.withValue(trace.logMetadata) { await work() }
+    }
+
+    /// The ids of `span` (a token request's), for its log lines.
+    static func metadata(of span: any Span, _ tracer: any Tracer) -> Logger.Metadata {
+        let (traceID, spanID) = RequestTrace.ids(span.context, tracer)
+        return ["trace_id": "\(traceID)", "span_id": "\(spanID)"]
+    }
 }
 
 /// A span ended once, by whichever of its ends comes first.

@@ -34,7 +34,9 @@ final class CacheWriter: Sendable {
 
     /// The read side, whose database, hot tier, ledger, access log and clock the writer shares.
     let reader: CacheReader
-    let maxBytes: Int
+    /// `storage.max_bytes`: set at start and by a reload (``limit(toBytes:)``), read by eviction.
+    private let maxBytesSetting: Atomic<Int>
+    var maxBytes: Int { maxBytesSetting.load(ordering: .relaxed) }
     /// The queued work and the writer thread's wait, under one lock.
     let queue = Mutex(Queue())
     /// Ends a wait of the writer thread: signalled once per wait, by whoever ends it
@@ -65,7 +67,8 @@ final class CacheWriter: Sendable {
     }
 
     init(reader: CacheReader, maxBytes: Int, groupCommitDelay: Duration = CacheWriter.defaultGroupCommitDelay) {
-        (self.reader, self.maxBytes, self.groupCommitDelay) = (reader, maxBytes, groupCommitDelay)
+        (self.reader, self.groupCommitDelay) = (reader, groupCommitDelay)
+        maxBytesSetting = Atomic(maxBytes)
         loadWaiters = Mutex(reader.ledger.isLoading ? [] : nil)
     }
 
@@ -129,6 +132,12 @@ final class CacheWriter: Sendable {
             return Self.endWait(&queue)
         }
         if wake { signal.signal() }
+    }
+
+    /// A new `storage.max_bytes` (a reload): the writer's next pass evicts down to it.
+    func limit(toBytes bytes: Int) {
+        maxBytesSetting.store(bytes, ordering: .relaxed)
+        enqueueWake()
     }
 
     /// Asks for another pass with nothing queued (an eviction pass that ran out of time goes on).
