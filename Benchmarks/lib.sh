@@ -281,6 +281,25 @@ log:
   requests: false
 EOF
 }
+# start_cached_concierge NAME ORIGIN_URL APPEND_FILE LAUNCHER...: Concierge (LAUNCHER: its
+# binary, or a wrapper and the binary) with write_concierge_config's file for ORIGIN_URL, the
+# YAML in APPEND_FILE (when not empty) appended, its own ports and state in $WORK/NAME; waits
+# for /health (up to 300 s: callgrind starts slowly) and until GET /api/items?limit=1 is a HIT.
+# Sets PID, PROXY_PORT, ADMIN_PORT.
+start_cached_concierge() {
+    local name=$1 origin=$2 append=$3; shift 3
+    PROXY_PORT=$(free_port); ADMIN_PORT=$(free_port)
+    mkdir -p "$WORK/$name"
+    write_concierge_config "$WORK/$name/concierge.yaml" "$PROXY_PORT" "$ADMIN_PORT" "$origin" "$WORK/$name/cache.sqlite" 64MB
+    if [ -n "$append" ]; then cat "$append" >> "$WORK/$name/concierge.yaml"; fi
+    "$@" serve --config "$WORK/$name/concierge.yaml" > "$WORK/$name.log" 2>&1 &
+    PID=$!; track "$PID"
+    wait_http "http://127.0.0.1:$ADMIN_PORT/health" "$PID" "$WORK/$name.log" 300
+    local url="http://127.0.0.1:$PROXY_PORT/api/items?limit=1"
+    curl -fsS --max-time 60 -o /dev/null "$url"
+    [ "$(x_cache "$url")" = HIT ] || die "$name: the warm-up URL is not a HIT"
+}
+
 # admin_stats PORT [FIELD]: GET /stats (JSON), or one field of it.
 admin_stats() {
     local json

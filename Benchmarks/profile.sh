@@ -94,23 +94,6 @@ SAMPLE_PID=$!; track "$SAMPLE_PID"
 wait_http "http://127.0.0.1:$SAMPLE_PORT/api/items?limit=1" "$SAMPLE_PID" "$WORK/sample.log"
 write_miss_lua "$WORK/miss.lua"
 
-# start_concierge NAME [launcher...]: Concierge with its own ports and state; sets PID,
-# PROXY_PORT, ADMIN_PORT.
-start_concierge() {
-    local name=$1; shift
-    PROXY_PORT=$(free_port); ADMIN_PORT=$(free_port)
-    mkdir -p "$WORK/$name"
-    write_concierge_config "$WORK/$name/concierge.yaml" "$PROXY_PORT" "$ADMIN_PORT" \
-        "http://127.0.0.1:$SAMPLE_PORT" "$WORK/$name/cache.sqlite" 64MB
-    if [ -n "${CONFIG_APPEND:-}" ]; then cat "$CONFIG_APPEND" >> "$WORK/$name/concierge.yaml"; fi
-    "$@" serve --config "$WORK/$name/concierge.yaml" > "$WORK/$name.log" 2>&1 &
-    PID=$!; track "$PID"
-    wait_http "http://127.0.0.1:$ADMIN_PORT/health" "$PID" "$WORK/$name.log" 300
-    local url="http://127.0.0.1:$PROXY_PORT/api/items?limit=1"
-    curl -fsS --max-time 60 -o /dev/null "$url"
-    [ "$(x_cache "$url")" = HIT ] || die "$name: the warm-up URL is not a HIT"
-}
-
 SUMMARY="$OUT_DIR/summary.txt"
 : > "$SUMMARY"
 say() { tee -a "$SUMMARY"; }
@@ -129,7 +112,7 @@ if [ "$PROFILER" != callgrind ]; then
     fi
 fi
 if [ "$PROFILER" != callgrind ] && [ "$perf_ok" = 1 ]; then
-    start_concierge perf "$CONCIERGE_BIN"
+    start_cached_concierge perf "http://127.0.0.1:$SAMPLE_PORT" "${CONFIG_APPEND:-}" "$CONCIERGE_BIN"
     for kind in HIT MISS; do
         args=(); [ "$kind" = MISS ] && args=(-s "$WORK/miss.lua")
         log "perf: wrk -t1 -c$CONNECTIONS $kind load, perf record -e $PERF_EVENT -g -p $PID for ${DUR_S}s"
@@ -165,7 +148,7 @@ if [ "$PROFILER" != perf ]; then
     callgrind_prepare "$CONCIERGE_BIN"
     callgrind_launcher "$WORK/callgrind.out"
     log "callgrind: starting Concierge under valgrind (slow: up to a minute)"
-    start_concierge callgrind "${CG_LAUNCH[@]}" "$CG_BIN"
+    start_cached_concierge callgrind "http://127.0.0.1:$SAMPLE_PORT" "${CONFIG_APPEND:-}" "${CG_LAUNCH[@]}" "$CG_BIN"
     VG_PID=$PID
     urls() { # urls BASE KIND FROM TO: a curl config
         local i

@@ -51,24 +51,10 @@ traces() { # traces PORT: the telemetry section for a collector on PORT
     printf 'telemetry:\n  traces:\n    endpoint: http://127.0.0.1:%s\n    sample_ratio: 1.0\n    export_delay: 1s\n    export_timeout: 2s\n' "$1"
 }
 
-# start_concierge NAME: a daemon with the configuration NAME; sets PID, PROXY_PORT, ADMIN_PORT.
-start_concierge() {
-    local name=$1
-    PROXY_PORT=$(free_port); ADMIN_PORT=$(free_port)
-    mkdir -p "$WORK/$name"
-    write_concierge_config "$WORK/$name/concierge.yaml" "$PROXY_PORT" "$ADMIN_PORT" \
-        "http://127.0.0.1:$ORIGIN_PORT" "$WORK/$name/cache.sqlite" 64MB
-    case $name in
-        refused) traces "$REFUSED_PORT" >> "$WORK/$name/concierge.yaml" ;;
-        silent) traces "$SILENT_PORT" >> "$WORK/$name/concierge.yaml" ;;
-    esac
-    "$CONCIERGE_BIN" serve --config "$WORK/$name/concierge.yaml" > "$WORK/$name.log" 2>&1 &
-    PID=$!; track "$PID"
-    wait_http "http://127.0.0.1:$ADMIN_PORT/health" "$PID" "$WORK/$name.log" 60
-    local url="http://127.0.0.1:$PROXY_PORT/api/items?limit=1"
-    curl -fsS --max-time 30 -o /dev/null "$url"
-    [ "$(x_cache "$url")" = HIT ] || die "$name: the warm-up URL is not a HIT"
-}
+# The telemetry sections of the three configurations (off: none).
+: > "$WORK/off.yaml"
+traces "$REFUSED_PORT" > "$WORK/refused.yaml"
+traces "$SILENT_PORT" > "$WORK/silent.yaml"
 
 dropped() { # dropped ADMIN_PORT: concierge_trace_spans_dropped_total
     curl -fsS --max-time 10 -H "Authorization: Bearer bench-admin-token" "http://127.0.0.1:$1/metrics" \
@@ -83,7 +69,7 @@ SUMMARY="$OUT_DIR/summary.txt"
 } | tee "$SUMMARY"
 for ((round = 1; round <= ROUNDS; round++)); do
     for name in off refused silent; do
-        start_concierge "$name"
+        start_cached_concierge "$name" "http://127.0.0.1:$ORIGIN_PORT" "$WORK/$name.yaml" "$CONCIERGE_BIN"
         for kind in HIT MISS; do
             args=(); [ "$kind" = MISS ] && args=(-s "$WORK/miss.lua")
             out="$WORK/wrk-$name-$kind-$round.txt"

@@ -5,6 +5,7 @@
 #   scripts/fuzz.sh                      # all targets, 60 s each
 #   FUZZ_SECONDS=10 scripts/fuzz.sh config
 #   FUZZ_JOBS=1 scripts/fuzz.sh          # one target at a time (default: one per core)
+#   FUZZ_BUILD_ONLY=1 scripts/fuzz.sh    # build, run nothing
 #
 # The seed corpora in Fuzz/corpus/ are read, never written: each run grows a copy in
 # $FUZZ_WORK (default: a temp dir). A crashing input is saved as $FUZZ_WORK/crash-*.
@@ -23,6 +24,8 @@ flags=(-c release --scratch-path "$scratch" -Xswiftc -sanitize=fuzzer -Xswiftc -
        -Xswiftc -enable-testing)
 swift build "${flags[@]}" --product concierge-fuzz
 bin=$(swift build "${flags[@]}" --show-bin-path)
+# FUZZ_BUILD_ONLY=1: the build alone (CI builds it beside the package's release build).
+[ "${FUZZ_BUILD_ONLY:-0}" = 1 ] && exit 0
 
 # One target's run: its log, its saved crash; prints one line.
 run_target() {
