@@ -96,6 +96,11 @@ final class SessionRegistry: Sendable {
         return parts.runtime.current.view(forSession: name)?.sessionSlot as? SessionUnit ?? units.withLock { $0[name] }
     }
 
+    /// Whether a live session's tokens changed and are not saved yet (SQLite failing): read
+    /// from the units as they are, with no lookup per name (a daemon may have thousands, and
+    /// the storage health is polled).
+    var hasUnsavedChange: Bool { units.withLock { $0.values.contains { $0.state.hasUnsavedChange } } }
+
     /// Every session of the current configuration, in file order (`default` first when the
     /// configuration has no sessions at all).
     var all: [SessionUnit] {
