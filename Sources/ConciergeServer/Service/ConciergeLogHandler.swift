@@ -96,7 +96,7 @@ public struct ConciergeLogHandler: LogHandler {
 
     public func log(event: LogEvent) {
         var all = metadata
-        if let traced = TraceLogContext.metadata { all.merge(traced) { $1 } }
+        if let traced = TraceLogContext.current { all.merge(TraceLogContext.metadata(of: traced.span, traced.tracer)) { $1 } }
         if let extra = event.metadata { all.merge(extra) { $1 } }
         let prefix = journald ? "<\(Self.priority(event.level))>" : ""
         switch format {

@@ -114,9 +114,9 @@ public actor TokenRefresher {
         // Unstructured because the one token call is shared by every waiter: a waiter cancelled
         // (its client gone) must not cancel the call the others await.
         // Its log lines carry the ids of its own span when traced.
-        let logIDs = trace.flatMap { trace in span.map { TraceLogContext.metadata(of: $0, trace.tracer) } }
+        let logSource = trace.flatMap { trace in span.map { TraceLogContext.Source(span: $0, tracer: trace.tracer) } }
         let task = Task {
-            await TraceLogContext.$metadata.withValue(logIDs) {
+            await TraceLogContext.$current.withValue(logSource) {
                 await self.coordinated(current, stale: staleToken, loopGuard: loopGuard, generation: generation, lockWait: lockWait)
             }
         }

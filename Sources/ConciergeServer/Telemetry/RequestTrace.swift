@@ -14,9 +14,6 @@ import Tracing
 final class RequestTrace: Sendable {
     let tracer: any Tracer
     let server: any Span
-    /// For log lines: the trace and the server span, as hex.
-    let traceID: String
-    let spanID: String
     /// The upstream attempt under way (a client span), ended by ``endAttempt(status:failure:)``.
     private let attempt = Mutex<(any Span)?>(nil)
     /// The session the request uses (`concierge.session`), once the pipeline chose it.
@@ -25,11 +22,11 @@ final class RequestTrace: Sendable {
     init(tracer: any Tracer, server: any Span) {
         self.tracer = tracer
         self.server = server
-        (traceID, spanID) = Self.ids(server.context, tracer)
     }
 
-    /// `trace_id` and `span_id`, for the log lines of a traced request.
-    var logMetadata: Logger.Metadata { ["trace_id": "\(traceID)", "span_id": "\(spanID)"] }
+    /// `trace_id` and `span_id` (the server span's, as hex), for the log lines of a traced
+    /// request: read when a line is written, as most traced requests write none.
+    var logMetadata: Logger.Metadata { TraceLogContext.metadata(of: server, tracer) }
 
     /// Records the session the pipeline chose for the request.
     func chose(session name: String) {
@@ -50,7 +47,7 @@ final class RequestTrace: Sendable {
             attributes["url.scheme"] = url.scheme ?? "http"
         }
         // The path only: a query may carry a token.
-        attributes["url.path"] = String(request.target.prefix { $0 != "?" })
+        attributes["url.path"] = request.target.pathPart
         if replays > 0 { attributes["http.request.resend_count"] = replays }
         span.attributes = attributes
         request.headers.remove(name: "traceparent")
@@ -172,18 +169,24 @@ extension PreparedRequest {
     }
 }
 
-/// The trace ids every log line written in a task carries (``ConciergeLogHandler`` reads it):
-/// set for a traced request's work in a task, and for a token request with the ids of its span.
+/// The span whose ids every log line written in a task carries (``ConciergeLogHandler`` reads
+/// it, and reads the ids only for a line it writes): a traced request's server span for its work
+/// in a task, a token request's own span for that request.
 enum TraceLogContext {
-    @TaskLocal static var metadata: Logger.Metadata?
+    struct Source: Sendable {
+        let span: any Span
+        let tracer: any Tracer
+    }
+
+    @TaskLocal static var current: Source?
 
     /// Runs `work` with the log lines it writes carrying `trace`'s ids; as is when untraced.
     static func withTrace<T>(_ trace: RequestTrace?, _ work: () async -> T) async -> T {
         guard let trace else { return await work() }
-        return await $metadata.withValue(trace.logMetadata) { await work() }
+        return await $current.withValue(Source(span: trace.server, tracer: trace.tracer)) { await work() }
     }
 
-    /// The ids of `span` (a token request's), for its log lines.
+    /// `trace_id` and `span_id` of `span`, as hex.
     static func metadata(of span: any Span, _ tracer: any Tracer) -> Logger.Metadata {
         let (traceID, spanID) = RequestTrace.ids(span.context, tracer)
         return ["trace_id": "\(traceID)", "span_id": "\(spanID)"]
@@ -232,4 +235,12 @@ struct HTTPHeadersInjector: Injector {
 
 struct DictionaryInjector: Injector {
     func inject(_ value: String, forKey key: String, into carrier: inout [String: String]) { carrier[key] = value }
+}
+
+extension String {
+    /// A request target up to its `?` (read as bytes: a character-wise scan costs far more).
+    var pathPart: String {
+        guard let query = utf8.firstIndex(of: UInt8(ascii: "?")) else { return self }
+        return String(self[..<query])
+    }
 }

@@ -94,7 +94,7 @@ final class RequestTracer: Sendable {
         let span = tracer.startSpan(method, context: parent ?? .topLevel, ofKind: .server)
         var attributes = SpanAttributes()
         attributes["http.request.method"] = method
-        attributes["url.path"] = String(target.prefix { $0 != "?" })
+        attributes["url.path"] = target.pathPart
         attributes["url.scheme"] = "http"
         span.attributes = attributes
         return RequestTrace(tracer: tracer, server: span)
