@@ -124,12 +124,6 @@ public enum ConfigLoader {
         let fleet = fleetSection(top["fleet"], r)
         let telemetry = telemetrySection(top["telemetry"], r)
         guard !upstreams.isEmpty else { return nil }
-        if fleet != nil, sessions.names.contains(where: { $0 != "default" }) {
-            r.fail("sessions", sessions.sessionsNode, "a fleet shares the session named default only: sessions other than default are not supported with fleet: yet")
-        }
-        if fleet != nil, sessions.byName["default"]?.perClient != nil {
-            r.fail("\(sessions.path("default")).per_client", top["session"] ?? top["sessions"], "per_client instances are not shared by a fleet yet")
-        }
         var config = ConciergeConfig(listen: listen, admin: admin, storage: storage, upstreams: upstreams, environment: environmentName,
                                      common: common, envelope: envelope, session: sessions.defaultSession, cache: cache, endpoints: endpoints,
                                      log: log, limits: limits, signing: signing, hooks: hooks, fleet: fleet)

@@ -4,7 +4,8 @@ import Logging
 import ServiceLifecycle
 
 /// The fleet's background work, one task group: creates the schema, then adopts every session
-/// change other nodes announce and applies the invalidation log in order (reading both after
+/// change other nodes announce (of any session or `per_client` instance, each in its own row)
+/// and applies the invalidation log in order (reading both after
 /// each reconnection, when announcements may have been lost, and first delivering the outbox);
 /// a heartbeat; the log's garbage collected once a minute; and the shared cache's fills written.
 /// The fleet's `PostgresClient` is a service of the daemon's group of its own, started before
@@ -15,7 +16,8 @@ import ServiceLifecycle
 struct FleetService: Service {
     let fleet: FleetSession
     let invalidations: FleetInvalidations
-    let lifecycle: SessionLifecycle
+    /// Every session and instance of this node, by its row's key.
+    let sessions: SessionRegistry
     /// With `fleet.shared_cache`: the fills to write.
     var sharedCache: FleetSharedCache? = nil
 
@@ -36,11 +38,13 @@ struct FleetService: Service {
     private func heard(_ announcement: FleetDatabase.Announcement) async {
         switch announcement {
         case .connected:
-            await apply(fleet.change(announced: nil))
+            await catchUpSessions()
             await invalidations.deliverOutbox()
             await invalidations.catchUp()
-        case .session(let version):
-            await apply(fleet.change(announced: version))
+        case .session(let key, let version):
+            // An instance this node has not loaded yet is loaded to adopt it: its next request here finds it.
+            guard let unit = sessions.unit(forFleetKey: key), let fleet = unit.lifecycle.fleet else { return }
+            await apply(fleet.change(announced: version), to: unit)
         case .invalidation:
             await invalidations.catchUp()
         }
@@ -94,20 +98,50 @@ struct FleetService: Service {
         }
     }
 
-    private func apply(_ change: FleetSession.Change) async {
+    /// After a (re)connection and at each heartbeat: the sessions whose row changed since this
+    /// node last applied it (one query for all of them), the ones with a change of their own
+    /// pending, and the instances holding tokens that this node has not loaded yet.
+    private func catchUpSessions() async {
+        let versions: [String: (version: Int64, hasTokens: Bool)]
+        do {
+            versions = try await Deadline.run(fleet.config.timeout * 5) { try await fleet.database.sessionVersions() }
+        } catch {
+            fleet.markUnreachable("the fleet's sessions could not be read", error)
+            return
+        }
+        fleet.markReachable()
+        var seen = Set<String>()
+        for unit in sessions.loadedUnits {
+            guard let session = unit.lifecycle.fleet, seen.insert(session.key).inserted else { continue }
+            if session.isPending || (versions[session.key]?.version ?? 0) > session.appliedVersion {
+                await apply(session.change(announced: nil), to: unit)
+            }
+        }
+        for (key, row) in versions where row.hasTokens && !seen.contains(key) {
+            guard let unit = sessions.unit(forFleetKey: key), let session = unit.lifecycle.fleet else { continue }
+            await apply(session.change(announced: nil), to: unit)
+        }
+    }
+
+    private func apply(_ change: FleetSession.Change, to unit: SessionUnit) async {
+        guard let fleet = unit.lifecycle.fleet else { return }
         switch change {
         case .none:
             break
         case .adopt(let tokens):
             do {
+                let replaced = fleet.session.current
                 try await fleet.session.set(tokens)
+                if replaced == nil { unit.lifecycle.instances?.started() }
+                // A login or renewal elsewhere is a use: an instance busy on another node is not idle here.
+                unit.touch(unit.lifecycle.clock.date)
                 fleet.adopted(tokens)
                 fleet.logger.info("fleet: session adopted", metadata: ["user": "\(tokens.userID ?? "-")", "kind": "\(tokens.kind.rawValue)"])
             } catch {
                 fleet.logger.error("fleet: could not store the adopted session", metadata: ["error": "\(FleetDatabase.describe(error))"])
             }
         case .logout:
-            await lifecycle.logout(ifAccessToken: nil, reason: .string("fleet"), publishToFleet: false)
+            await unit.lifecycle.logout(ifAccessToken: nil, reason: .string("fleet"), publishToFleet: false)
         }
     }
 }

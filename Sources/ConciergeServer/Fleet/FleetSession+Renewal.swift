@@ -111,7 +111,7 @@ extension FleetSession {
             let attempt = LockAttempt()
             do {
                 return try await attempt.run(unanswered: slice + config.timeout, total: slice + tokenTimeout + config.timeout) {
-                    try await self.database.withSessionLock(lockWait: slice) { row in
+                    try await self.database.withSessionLock(self.key, lockWait: slice) { row in
                         // Abandoned (its caller moved on to a new try): the lock goes back at once.
                         guard attempt.claim() else { return .keep(nil) }
                         return try await Self.$renewing.withValue(true) {
@@ -183,7 +183,7 @@ extension FleetSession {
         }
         if let loopGuard, fleetTokens != nil, row.fromCall {
             // A token the fleet just got met an expiry signal: the loop guard counts it fleet-wide.
-            let counted = try await database.countLoopSignal(within: loopGuard.within)
+            let counted = try await database.countLoopSignal(key, within: loopGuard.within)
             if counted.count >= loopGuard.count {
                 warnThrottled(loopGuard)
                 return .keep(.throttled(retryAfter: max(1, Int(counted.secondsToExpiry.rounded(.up)))))

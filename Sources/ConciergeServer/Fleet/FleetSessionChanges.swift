@@ -19,7 +19,7 @@ extension FleetSession {
         if Self.renewing { return }
         let text = sealed(tokens)
         do {
-            let version = try await Deadline.run(config.timeout) { try await self.database.writeSession(text) }
+            let version = try await Deadline.run(config.timeout) { try await self.database.writeSession(self.key, text) }
             applied.withLock { $0 = max($0, version) }
             pending.withLock { $0 = false }
             markReachable()
@@ -50,7 +50,7 @@ extension FleetSession {
     private func writeLogout() async throws {
         let base = appliedVersion
         let written = try await Deadline.run(config.timeout) {
-            try await self.database.writeLogout(ifVersion: base, lockWait: self.config.timeout)
+            try await self.database.writeLogout(self.key, ifVersion: base, lockWait: self.config.timeout)
         }
         pending.withLock { $0 = false }
         markReachable()
@@ -84,7 +84,7 @@ extension FleetSession {
     func change(announced version: Int64?) async -> Change {
         if let version, version <= appliedVersion { return .none }
         do {
-            let row = try await Deadline.run(config.timeout * 5) { try await self.database.readSession() }
+            let row = try await Deadline.run(config.timeout * 5) { try await self.database.readSession(self.key) }
             markReachable()
             if pending.withLock({ $0 }) { return await reconcile(row) }
             guard row.version > appliedVersion else { return .none }
@@ -179,7 +179,7 @@ extension FleetSession {
         }
         var row: FleetDatabase.SessionRow?
         if isReachable {
-            row = try? await Deadline.run(config.timeout) { try await self.database.readSession() }
+            row = try? await Deadline.run(config.timeout) { try await self.database.readSession(self.key) }
         }
         let fleetTokens = row.flatMap { opened($0.tokens) }
         let verdict = heldRefusal.withLock { hold in
@@ -218,7 +218,7 @@ extension FleetSession {
     /// Records the fleet's token request this node is about to make (best effort, within
     /// `fleet.timeout`): whether one renewing the same version was left unfinished.
     func beginTokenAttempt(version: Int64) async -> Bool {
-        let unfinished = (try? await Deadline.run(config.timeout) { try await self.database.beginTokenAttempt(version: version) }) ?? false
+        let unfinished = (try? await Deadline.run(config.timeout) { try await self.database.beginTokenAttempt(self.key, version: version) }) ?? false
         if unfinished {
             logger.warning("fleet: taking over a token request whose node died or lost PostgreSQL mid-request",
                            metadata: ["version": "\(version)"])
@@ -227,7 +227,7 @@ extension FleetSession {
     }
 
     func endTokenAttempt(version: Int64) async {
-        _ = try? await Deadline.run(config.timeout) { try await self.database.endTokenAttempt(version: version) }
+        _ = try? await Deadline.run(config.timeout) { try await self.database.endTokenAttempt(self.key, version: version) }
     }
 }
 

@@ -194,7 +194,7 @@ public final class ConciergeDaemon: Sendable {
         if let fleet = lifecycle.fleet, let invalidations = lifecycle.fleetInvalidations {
             // The pool before its users: it stops after them.
             add(fleet.database.client)
-            add(FleetService(fleet: fleet, invalidations: invalidations, lifecycle: lifecycle, sharedCache: pipeline.shared))
+            add(FleetService(fleet: fleet, invalidations: invalidations, sessions: sessions, sharedCache: pipeline.shared))
         }
         // After the writer: the group stops services in reverse order, so refreshes end first.
         add(pipeline.revalidation)

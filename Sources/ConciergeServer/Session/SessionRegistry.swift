@@ -71,6 +71,8 @@ final class SessionRegistry: Sendable {
                                          revocation: base.revocation, clock: base.clock)
         (lifecycle.name, lifecycle.cacheIdentity, lifecycle.instances) = (name, cacheIdentity, table)
         lifecycle.fleetInvalidations = base.fleetInvalidations
+        // In a fleet: the session's own row, keyed like its SQLite row (an instance's by the digest of its id).
+        lifecycle.fleet = base.fleet?.forSession(key: key, session: state, logger: logger)
         let refresher = TokenRefresher(session: state, transport: parts.transport, runtime: parts.runtime, stats: base.stats,
                                        events: base.events, lifecycle: lifecycle, logger: logger)
         return SessionUnit(name: name, maskedInstance: masked, state: state, lifecycle: lifecycle, refresher: refresher,
@@ -88,6 +90,32 @@ final class SessionRegistry: Sendable {
         }
         unit.touch(defaultUnit.lifecycle.clock.date)
         return unit
+    }
+
+    /// The instance of `session` stored under `key` (loaded on first use), named in logs by
+    /// the end of its key's digest (this node may never have seen its id).
+    private func storedInstance(of session: SessionUnit, key: String, table: InstanceTable) throws -> SessionUnit {
+        try table.instance(key: key) {
+            try makeUnit(name: session.name, key: key, instances: nil, cacheIdentity: key, masked: "#" + key.suffix(6), table: table)
+        }
+    }
+
+    /// The session or instance whose fleet row is `key` (`default`, a name, or `name#digest`),
+    /// an instance loaded if need be; `nil` when the current configuration has no such session.
+    func unit(forFleetKey key: String) -> SessionUnit? {
+        guard let hash = key.firstIndex(of: "#") else { return unit(named: key) }
+        guard let session = unit(named: String(key[..<hash])), let table = session.instances else { return nil }
+        do {
+            return try storedInstance(of: session, key: key, table: table)
+        } catch {
+            parts.logger.error("could not open a stored instance", metadata: ["session": "\(session.name)", "error": "\(error)"])
+            return nil
+        }
+    }
+
+    /// Every session of the current configuration and every instance loaded now.
+    var loadedUnits: [SessionUnit] {
+        all.flatMap { [$0] + ($0.instances?.all ?? []) }
     }
 
     /// The session named `name`, if the current configuration has it.
@@ -130,9 +158,7 @@ final class SessionRegistry: Sendable {
         var count = 0
         let keys = (try? SessionStore.instanceKeys(parts.database, session: unit.name)) ?? []
         for key in keys {
-            let instance = try? table.instance(key: key) {
-                try makeUnit(name: unit.name, key: key, instances: nil, cacheIdentity: key, masked: "#" + key.suffix(6), table: table)
-            }
+            let instance = try? storedInstance(of: unit, key: key, table: table)
             if let instance, await instance.lifecycle.logout(ifAccessToken: nil, reason: .string(reason)) != nil { count += 1 }
             table.forget(key)
         }

@@ -9,7 +9,8 @@ extension FleetDatabase {
     public enum Announcement: Sendable, Equatable {
         /// (Re)connected: announcements sent meanwhile are lost; read the tables.
         case connected
-        case session(Int64)
+        /// A change of the session row `key` (`default`, a session's name, an instance's key).
+        case session(key: String, version: Int64)
         case invalidation(Int64)
     }
 
@@ -76,7 +77,7 @@ extension FleetDatabase {
             try await connection.listen(on: Self.invalidationChannel) { invalidations in
                 await heard(.connected)
                 try await withThrowingTaskGroup(of: Void.self) { group in
-                    group.addTask { for try await n in sessions { if let v = self.version(n.payload) { await heard(.session(v)) } } }
+                    group.addTask { for try await n in sessions { if let c = self.sessionChange(n.payload) { await heard(.session(key: c.key, version: c.version)) } } }
                     group.addTask { for try await n in invalidations { if let v = self.version(n.payload) { await heard(.invalidation(v)) } } }
                     try await group.next()
                     group.cancelAll()

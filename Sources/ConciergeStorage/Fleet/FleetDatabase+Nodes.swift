@@ -50,17 +50,17 @@ extension FleetDatabase {
 
     /// Counts an expiry signal on a token the fleet got from a token request, among those of
     /// the last `within` (older ones are deleted). Called under the session row's lock, so the
-    /// count is the fleet's. - Returns: the count, and the seconds until the oldest leaves the window.
-    public func countLoopSignal(within: Duration) async throws -> (count: Int, secondsToExpiry: Double) {
+    /// count is the fleet's (per session key). - Returns: the count, and the seconds until the oldest leaves the window.
+    public func countLoopSignal(_ key: String, within: Duration) async throws -> (count: Int, secondsToExpiry: Double) {
         let seconds = Double(within.components.seconds) + Double(within.components.attoseconds) / 1e18
         return try await client.withTransaction(logger: logger) { db in
             try await db.query("""
-                DELETE FROM concierge.loop_signal WHERE fleet = \(fleet) AND at <= now() - make_interval(secs => \(seconds))
+                DELETE FROM concierge.loop_signal WHERE fleet = \(fleet) AND session_key = \(key) AND at <= now() - make_interval(secs => \(seconds))
                 """, logger: logger)
-            try await db.query("INSERT INTO concierge.loop_signal (fleet) VALUES (\(fleet))", logger: logger)
+            try await db.query("INSERT INTO concierge.loop_signal (fleet, session_key) VALUES (\(fleet), \(key))", logger: logger)
             let rows = try await db.query("""
                 SELECT count(*), extract(epoch FROM min(at) + make_interval(secs => \(seconds)) - now())::float8
-                FROM concierge.loop_signal WHERE fleet = \(fleet)
+                FROM concierge.loop_signal WHERE fleet = \(fleet) AND session_key = \(key)
                 """, logger: logger)
             for try await (count, left) in rows.decode((Int64, Double).self) { return (Int(count), left) }
             return (1, seconds)

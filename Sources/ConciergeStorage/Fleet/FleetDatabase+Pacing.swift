@@ -3,7 +3,7 @@ import Logging
 import PostgresNIO
 
 /// The pacing of the fleet's token requests after failed ones (``TokenRequestPacing``), kept
-/// in the session row beside the tokens: read and written under the row's lock, so a fleet
+/// in each session's row beside its tokens: read and written under the row's lock, so a fleet
 /// with a wrong secret makes its token requests as one daemon would.
 extension FleetDatabase {
     /// Schema version 3: the session row's pacing columns.
@@ -14,9 +14,10 @@ extension FleetDatabase {
 
     /// Stores `pacing` in the fleet's row (under its lock; the version is not bumped: no node
     /// needs to hear of it before it wants a token).
-    static func storePacing(_ db: PostgresConnection, fleet: String, _ pacing: TokenRequestPacing, logger: Logger) async throws {
+    static func storePacing(_ db: PostgresConnection, fleet: String, key: String, _ pacing: TokenRequestPacing, logger: Logger) async throws {
         try await db.query("""
-            UPDATE concierge.session SET paced_until = \(pacing.notBefore), token_refusals = \(pacing.refusals) WHERE fleet = \(fleet)
+            UPDATE concierge.session SET paced_until = \(pacing.notBefore), token_refusals = \(pacing.refusals)
+            WHERE fleet = \(fleet) AND session_key = \(key)
             """, logger: logger)
     }
 }

@@ -7,7 +7,7 @@ import PostgresNIO
 extension FleetDatabase {
     // MARK: Schema
 
-    static let schemaVersion = 4
+    static let schemaVersion = 5
 
     /// Creates the schema, serialised between nodes that start together.
     public func migrate() async throws {
@@ -46,6 +46,8 @@ extension FleetDatabase {
             try await Self.migratePacing(db, logger: logger)
             // Version 4: the token request under way (FleetDatabase+TokenAttempt.swift).
             try await db.query(PostgresQuery(unsafeSQL: Self.tokenAttemptTable), logger: logger)
+            // Version 5: one row per session and per_client instance (FleetDatabase+SessionKeys.swift).
+            try await Self.migrateSessionKeys(db, logger: logger)
             try await db.query("CREATE TABLE IF NOT EXISTS concierge.schema_version (version int NOT NULL)", logger: logger)
             try await db.query("""
                 INSERT INTO concierge.schema_version (version) SELECT \(Self.schemaVersion)

@@ -4,13 +4,13 @@ import Logging
 import NIOSSL
 import PostgresNIO
 
-/// The fleet's PostgreSQL (schema `concierge`): the session row every node shares, with the
-/// version each change bumps, and the `NOTIFY` that tells the other nodes (never a secret: the
+/// The fleet's PostgreSQL (schema `concierge`): the session rows every node shares (one per
+/// session and per_client instance), with the version each change bumps, and the `NOTIFY` that tells the other nodes (never a secret: the
 /// fleet's name and the version). Queries go through a `PostgresClient` pool, which the
 /// daemon's service group runs (``client``); every call has a deadline (``Deadline``), so a
 /// request never waits on a database that is down or frozen longer than the caller allows.
 ///
-/// By concern: the schema (+Schema), the session row (+Session), its pacing (+Pacing) and the
+/// By concern: the schema (+Schema, +SessionKeys), the session rows (+Session), its pacing (+Pacing) and the
 /// token request under way (+TokenAttempt), the invalidation log (+Invalidations), the nodes
 /// (+Nodes), the shared cache (+SharedCache), the listener (+Listening), errors (+Errors).
 public final class FleetDatabase: Sendable {
