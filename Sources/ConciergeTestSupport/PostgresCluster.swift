@@ -1,3 +1,4 @@
+import ConciergeSampleAPI
 import Foundation
 
 /// A throwaway PostgreSQL cluster for tests: `initdb` into a temporary directory (as the
@@ -180,5 +181,30 @@ public final class PostgresCluster: Sendable {
     public struct Failure: Error, CustomStringConvertible {
         public let description: String
         init(_ description: String) { self.description = description }
+    }
+}
+
+extension PostgresCluster {
+    /// A throwaway cluster and a sample API (`configuration`) for `body`; both are stopped
+    /// after it, whether it throws or not.
+    public static func withAPI(_ configuration: SampleAPIConfiguration = .init(),
+                               _ body: (PostgresCluster, RunningSampleAPI) async throws -> Void) async throws {
+        let cluster = try await start()
+        let api: RunningSampleAPI
+        do {
+            api = try await SampleAPI.start(configuration: configuration)
+        } catch {
+            await cluster.stop()
+            throw error
+        }
+        do {
+            try await body(cluster, api)
+        } catch {
+            await api.shutdown()
+            await cluster.stop()
+            throw error
+        }
+        await api.shutdown()
+        await cluster.stop()
     }
 }

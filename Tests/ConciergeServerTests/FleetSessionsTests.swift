@@ -121,19 +121,11 @@ struct FleetSessionsTests {
 
     /// Three nodes in front of the sample API's OAuth2 dialect, `default` with `per_client`.
     static func withInstances(_ body: ([ConciergeTestRig], PostgresCluster, RunningSampleAPI) async throws -> Void) async throws {
-        let cluster = try await PostgresCluster.start()
-        let api = try await SampleAPI.start(configuration: SampleAPIConfiguration(refreshDelay: .milliseconds(50), dialect: .oauth2))
-        do {
+        try await PostgresCluster.withAPI(SampleAPIConfiguration(refreshDelay: .milliseconds(50), dialect: .oauth2)) { cluster, api in
             try await FleetTokenTests.withNodes(cluster: cluster, endpoints: DialectTestConfig.oauth2Endpoints,
                                                 extra: DialectTestConfig.oauth2(sessionExtra: "  per_client: { header: Concierge-Session, max: 10, idle: 1h }"),
                                                 api: api) { rigs in try await body(rigs, cluster, api) }
-        } catch {
-            await api.shutdown()
-            await cluster.stop()
-            throw error
         }
-        await api.shutdown()
-        await cluster.stop()
     }
 
     /// Whether `/api/me` through `rig` as instance `id` answers as `user` (`nil`: not logged in), within a bounded wait.
@@ -199,9 +191,7 @@ struct FleetSessionsTests {
 
     @Test("a fleet's database of schema version 4 (one row per fleet) is migrated at start: its row becomes default's, adopted without a token request")
     func schemaVersion4Migrated() async throws {
-        let cluster = try await PostgresCluster.start()
-        let api = try await SampleAPI.start(configuration: SampleAPIConfiguration(dialect: .wechat))
-        do {
+        try await PostgresCluster.withAPI(SampleAPIConfiguration(dialect: .wechat)) { cluster, api in
             let (endpoints, extra) = (DialectTestConfig.weChatEndpoints, DialectTestConfig.weChat())
             try await FleetTokenTests.withNodes(1, cluster: cluster, endpoints: endpoints, extra: extra, api: api) { (rigs: [ConciergeTestRig]) async throws in
                 #expect(try await rigs[0].get("/cgi-bin/items?before=1").status == 200)
@@ -232,12 +222,6 @@ struct FleetSessionsTests {
                 SELECT array_length(conkey, 1) FROM pg_constraint WHERE conrelid = 'concierge.session'::regclass AND contype = 'p'
                 """)
             #expect(key.trimmingCharacters(in: .whitespacesAndNewlines) == "2", "the primary key is (fleet, session_key)")
-        } catch {
-            await api.shutdown()
-            await cluster.stop()
-            throw error
         }
-        await api.shutdown()
-        await cluster.stop()
     }
 }

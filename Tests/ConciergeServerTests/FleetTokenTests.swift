@@ -34,9 +34,7 @@ struct FleetTokenTests {
 
     @Test("a fleet of 3 with a wrong secret paces as one: 3 × 100 requests in 3 s make at most 4 token requests, every reply unavailable with Retry-After")
     func wrongSecretPacedAsOne() async throws {
-        let cluster = try await PostgresCluster.start()
-        let api = try await SampleAPI.start(configuration: SampleAPIConfiguration(dialect: .wechat))
-        do {
+        try await PostgresCluster.withAPI(SampleAPIConfiguration(dialect: .wechat)) { cluster, api in
             // One clock for the three nodes (as one wall clock for a real fleet), moved by the test.
             let clock = ManualClock()
             try await Self.withNodes(cluster: cluster, endpoints: DialectTestConfig.weChatEndpoints, extra: DialectTestConfig.weChat(),
@@ -51,13 +49,7 @@ struct FleetTokenTests {
                 #expect(fetches <= 4, "\(fetches) token requests (one daemon alone makes 3 or 4)")
                 if fetches > 4 { FleetTests.printLogs(rigs) }
             }
-        } catch {
-            await api.shutdown()
-            await cluster.stop()
-            throw error
         }
-        await api.shutdown()
-        await cluster.stop()
     }
 
     /// Whether every node reports `logged_in` as `expected` (bounded wait).

@@ -184,9 +184,7 @@ struct TracingTests {
 
     @Test("in a fleet, a traced token request has a `fleet lock wait` child", .enabled(if: PostgresCluster.isAvailable))
     func fleetLockWait() async throws {
-        let cluster = try await PostgresCluster.start()
-        let api = try await SampleAPI.start()
-        do {
+        try await PostgresCluster.withAPI { cluster, api in
             try await Self.withReceiver { receiver in
                 try await FleetTokenTests.withNodes(1, cluster: cluster, endpoints: Self.endpoints, extra: Self.telemetry(receiver.baseURL),
                                                     api: api, environment: [:]) { rigs in
@@ -199,13 +197,7 @@ struct TracingTests {
                     #expect(wait.parentSpanID == token.spanID && wait.traceID == token.traceID)
                 }
             }
-        } catch {
-            await api.shutdown()
-            await cluster.stop()
-            throw error
         }
-        await api.shutdown()
-        await cluster.stop()
     }
 
     @Test("a collector that is down: every reply as without tracing, the spans lost counted in /metrics")
