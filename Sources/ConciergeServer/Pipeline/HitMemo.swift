@@ -28,6 +28,10 @@ final class HitMemo: Sendable {
         let config: RuntimeConfig
         let environment: String
         let session: SessionTokens?
+        /// The live session (or `per_client` instance) `session` was read from: a replayed hit
+        /// compares its tokens now (``ProxyPipeline/replayedHit(of:listenerSession:)``); `nil`
+        /// for a pipeline without a registry (its own session).
+        let unit: SessionUnit?
         let key: HashedKey
         let endpoint: EndpointPolicy
 
@@ -75,11 +79,11 @@ final class HitMemo: Sendable {
 
     /// Remembers the recipe of a request; returns it (`nil` when the request is not remembered).
     @discardableResult
-    func remember(_ incoming: IncomingRequest, route: PreparedRequest.Route, session: SessionTokens?, key: HashedKey,
-                  endpoint: EndpointPolicy) -> Recipe? {
+    func remember(_ incoming: IncomingRequest, route: PreparedRequest.Route, session: SessionTokens?, unit: SessionUnit? = nil,
+                  key: HashedKey, endpoint: EndpointPolicy) -> Recipe? {
         guard Self.eligible(incoming) else { return nil }
         let probe = Probe(method: incoming.method, target: incoming.target, headers: incoming.headers)
-        let recipe = Recipe(config: route.config, environment: route.environment, session: session, key: key, endpoint: endpoint)
+        let recipe = Recipe(config: route.config, environment: route.environment, session: session, unit: unit, key: key, endpoint: endpoint)
         recipes.withLock { recipes in
             if recipes.count >= Self.capacity { recipes.removeAll(keepingCapacity: true) }
             recipes[probe] = recipe

@@ -39,6 +39,9 @@ enum RequestPlan: Sendable {
         case exchange(PreparedRequest)
         /// An opaque endpoint (neither envelope nor cached): both bodies stream through.
         case passThrough(PreparedRequest, body: IncomingRequest.Body?)
+        /// The first use of a `per_client` instance not loaded: read from SQLite off the event
+        /// loop, then the request planned again (``ProxyPipeline/firstUse(_:session:id:)``).
+        case firstUse(IncomingRequest, session: SessionUnit, id: String)
     }
 
     /// The usual miss that the event loop can carry: everything steps 4–6 need was found
