@@ -44,17 +44,30 @@ struct PerClientInstanceTests {
         ByteBuffer(string: "GET \(target) HTTP/1.1\r\nHost: 127.0.0.1\r\n" + (id.map { "Concierge-Session: \($0)\r\n" } ?? "") + "\r\n")
     }
 
-    /// Answers `target` twice (a miss, then a hit as ready bytes) and remembers the hit's
-    /// bytes, as the connection handler does.
-    static func rememberHit(_ fixture: StageFixture, _ target: String, id: String?) async throws -> ByteBuffer {
+    /// A head answered as a hit through a recipe, as the connection handler remembers it.
+    struct Remembered {
+        let bytes: ByteBuffer
+        let incoming: IncomingRequest
+        let recipe: HitMemo.Recipe
+
+        /// The replayed hit of these bytes. Each thread has its own memo and a test resumes
+        /// on any thread after an `await`: the bytes are remembered on this one first, with no
+        /// suspension before the replay is asked for.
+        func replay(_ fixture: StageFixture, listenerSession: String? = nil) -> (hit: EncodedHit, incoming: IncomingRequest)? {
+            fixture.pipeline.rememberReplay(bytes, incoming: incoming, recipe: recipe)
+            return fixture.pipeline.replayedHit(of: bytes, listenerSession: listenerSession)
+        }
+    }
+
+    /// Answers `target` (a miss, stored), then plans it again as the event loop does: a hit as
+    /// ready bytes, with its recipe.
+    static func rememberHit(_ fixture: StageFixture, _ target: String, id: String?) async throws -> Remembered {
         _ = await fixture.pipeline.handle(incoming(target, id: id))
         guard case .encodedHit(_, let recipe?) = fixture.pipeline.plan(incoming(target, id: id), encoded: true) else {
             Issue.record("no hit as ready bytes for \(target)")
             throw CancellationError()
         }
-        let bytes = head(target, id: id)
-        fixture.pipeline.rememberReplay(bytes, incoming: incoming(target, id: id), recipe: recipe)
-        return bytes
+        return Remembered(bytes: head(target, id: id), incoming: incoming(target, id: id), recipe: recipe)
     }
 
     @Test("the first use of an instance not loaded is planned as a task that reads it, never read in the plan made on the event loop")
@@ -85,17 +98,31 @@ struct PerClientInstanceTests {
         let fixture = try Self.fixture()
         let registry = fixture.sessions
         let instance = try #require(try await registry.instance(of: registry.defaultUnit, id: Self.alice))
-        let bytes = try await Self.rememberHit(fixture, "/items?a=1", id: Self.alice)
-        #expect(fixture.pipeline.replayedHit(of: bytes) != nil, "logged out, as when it was remembered")
+        let remembered = try await Self.rememberHit(fixture, "/items?a=1", id: Self.alice)
+        #expect(remembered.replay(fixture) != nil, "logged out, as when it was remembered")
         // `default` itself stays logged out: its tokens equal the remembered ones, the instance's do not.
         try await instance.lifecycle.login(byHand: SessionTokens(accessToken: "at-alice", refreshToken: "rt", userID: "alice"))
         #expect(fixture.session.current == nil)
-        #expect(fixture.pipeline.replayedHit(of: bytes) == nil, "the instance logged in since")
+        #expect(remembered.replay(fixture) == nil, "the instance logged in since")
 
         let again = try await Self.rememberHit(fixture, "/items?a=1", id: Self.alice)
-        #expect(fixture.pipeline.replayedHit(of: again) != nil)
+        #expect(again.replay(fixture) != nil)
         registry.defaultUnit.instances?.forget(SessionUnit.instanceKey(session: "default", id: Self.alice))
-        #expect(fixture.pipeline.replayedHit(of: again) == nil, "a forgotten instance no longer answers")
+        #expect(again.replay(fixture) == nil, "a forgotten instance no longer answers")
+        await fixture.finish()
+    }
+
+    @Test("the hit memo tells the same request of two instances apart by their session, so the requests of many instances spread over its buckets")
+    func memoProbesBySession() async throws {
+        let fixture = try Self.fixture()
+        let registry = fixture.sessions
+        let a = try #require(try await registry.instance(of: registry.defaultUnit, id: Self.alice))
+        let b = try #require(try await registry.instance(of: registry.defaultUnit, id: Self.bob))
+        let incoming = Self.incoming("/items?a=1", id: nil)
+        let (probeA, probeB) = (HitMemo.Probe(incoming, slot: a), HitMemo.Probe(incoming, slot: b))
+        #expect(probeA == HitMemo.Probe(incoming, slot: a))
+        #expect(probeA != probeB)
+        #expect(probeA.hashValue != probeB.hashValue)
         await fixture.finish()
     }
 
@@ -104,14 +131,14 @@ struct PerClientInstanceTests {
         let fixture = try Self.fixture()
         let shop = try #require(fixture.sessions.unit(named: "shop"))
         try await shop.lifecycle.login(byHand: SessionTokens(accessToken: "at-shop-1", refreshToken: nil, userID: "shop"))
-        let bytes = try await Self.rememberHit(fixture, "/shop/items?a=1", id: nil)
-        let replayed = try #require(fixture.pipeline.replayedHit(of: bytes))
+        let remembered = try await Self.rememberHit(fixture, "/shop/items?a=1", id: nil)
+        let replayed = try #require(remembered.replay(fixture))
         #expect(String(buffer: replayed.hit.body).contains("at-shop-1"))
-        #expect(fixture.pipeline.replayedHit(of: bytes, listenerSession: "shop") == nil, "remembered on a listener without a session")
+        #expect(remembered.replay(fixture, listenerSession: "shop") == nil, "remembered on a listener without a session")
         try await fixture.login("bob", access: "at-default")
-        #expect(fixture.pipeline.replayedHit(of: bytes) != nil, "default's login changes nothing for shop")
+        #expect(remembered.replay(fixture) != nil, "default's login changes nothing for shop")
         try await shop.lifecycle.login(byHand: SessionTokens(accessToken: "at-shop-2", refreshToken: nil, userID: "shop"))
-        #expect(fixture.pipeline.replayedHit(of: bytes) == nil, "shop's tokens changed")
+        #expect(remembered.replay(fixture) == nil, "shop's tokens changed")
         await fixture.finish()
     }
 

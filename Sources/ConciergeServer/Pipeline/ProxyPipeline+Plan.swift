@@ -30,7 +30,7 @@ extension ProxyPipeline {
         }
         let memo = encoded ? hitMemos.current : nil
         let now = cache.clock.now
-        if let recipe = memo?.recipe(for: incoming, route: route, session: session), let hit = freshHit(recipe, now: now) {
+        if let recipe = memo?.recipe(for: incoming, route: route, session: session, slot: choice.slot), let hit = freshHit(recipe, now: now) {
             return .encodedHit(hit, recipe: recipe)
         }
         let cache = self.cache
