@@ -186,7 +186,8 @@ final class SessionRegistry: Sendable {
                     idleOnes.append(instance)
                 }
             }
-            for instance in idleOnes {
+            // Judged again at its turn: a request may have used it meanwhile.
+            for instance in idleOnes where instance.lastUsedAt < cutoff {
                 if await instance.lifecycle.logout(ifAccessToken: nil, reason: "idle") != nil {
                     parts.logger.info("per-client instance idle: logged out", metadata: ["session": "\(unit.name)",
                                                                                          "instance": "\(instance.maskedInstance ?? "-")"])
