@@ -31,12 +31,28 @@ public struct SessionStore: Sendable {
 
     private var isDefault: Bool { key == "default" }
 
+    private static let columns = "access_token, refresh_token, user_id, set_at, kind, expires_at, subject"
+
+    /// Reads the stored session on the caller's thread (start-up, a reload).
     public func load() throws -> SessionTokens? {
         try database.pool.read { db in
-            let columns = "access_token, refresh_token, user_id, set_at, kind, expires_at, subject"
-            let row = isDefault ? try Row.fetchOne(db, sql: "SELECT \(columns) FROM session WHERE id = 1")
-                : try Row.fetchOne(db, sql: "SELECT \(columns) FROM named_session WHERE key = ?", arguments: [key])
+            let row = isDefault ? try Row.fetchOne(db, sql: "SELECT \(Self.columns) FROM session WHERE id = 1")
+                : try Row.fetchOne(db, sql: "SELECT \(Self.columns) FROM named_session WHERE key = ?", arguments: [key])
             return row.map(Self.tokens)
+        }
+    }
+
+    /// A stored instance (or named session) and when it was last used, read on one of SQLite's
+    /// reader threads while the caller waits without blocking its own (an event loop's
+    /// request task). `lastUsed` is the stored last use, else when its tokens were set.
+    public func loadOnReader() async throws -> (tokens: SessionTokens?, lastUsed: Date?) {
+        let key = key
+        return try await database.pool.read { db in
+            let sql = "SELECT \(Self.columns), last_used FROM named_session WHERE key = ?"
+            guard let row = try Row.fetchOne(db, sql: sql, arguments: [key]) else { return (nil, nil) }
+            let lastUsed: Double = row["last_used"]
+            let setAt: Double = row["set_at"]
+            return (Self.tokens(row), Date(timeIntervalSince1970: lastUsed > 0 ? lastUsed : setAt))
         }
     }
 
@@ -81,6 +97,30 @@ public struct SessionStore: Sendable {
     public static func instanceKeys(_ database: StorageDatabase, session name: String) throws -> [String] {
         try database.pool.read { db in
             try String.fetchAll(db, sql: "SELECT key FROM named_session WHERE key >= ? AND key < ?", arguments: [name + "#", name + "$"])
+        }
+    }
+
+    /// The stored instances of the `per_client` session `name` last used before `cutoff` (a row
+    /// whose use was never recorded counts from when its tokens were set), read on a reader.
+    public static func instanceKeys(_ database: StorageDatabase, session name: String, unusedSince cutoff: Date) async throws -> [String] {
+        try await database.pool.read { db in
+            try String.fetchAll(db, sql: """
+                SELECT key FROM named_session
+                WHERE key >= ? AND key < ? AND (CASE WHEN last_used > 0 THEN last_used ELSE set_at END) < ?
+                """, arguments: [name + "#", name + "$", cutoff.timeIntervalSince1970])
+        }
+    }
+
+    /// Records when instances were last used (`per_client.idle` judges the stored ones by it):
+    /// one transaction; a time older than the stored one is kept out.
+    public static func recordLastUse(_ database: StorageDatabase, _ uses: [(key: String, at: Date)]) async throws {
+        guard !uses.isEmpty else { return }
+        try await database.pool.write { db in
+            let statement = try db.cachedStatement(sql: "UPDATE named_session SET last_used = ? WHERE key = ? AND last_used < ?")
+            for use in uses {
+                let at = use.at.timeIntervalSince1970
+                try statement.execute(arguments: [at, use.key, at])
+            }
         }
     }
 }

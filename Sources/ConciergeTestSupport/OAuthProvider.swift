@@ -63,7 +63,8 @@ public final class OAuthProvider: Sendable {
     /// Counts from the provider's own token tables: `refresh_grants` (refresh tokens spent by a
     /// refresh grant or revoked), `live_refresh_tokens`, `access_tokens`, `live_access_tokens`;
     /// `revoke_calls`, the revocation requests it received; and of the refresh grants it was
-    /// asked for: `refresh_requests`, `refresh_refused` (answered `invalid_grant`).
+    /// asked for: `refresh_requests`, `refresh_refused` (answered `invalid_grant`); and per user
+    /// (`alice`, `bob`), `by_user.NAME.refresh_grants` and `by_user.NAME.live_refresh_tokens`.
     public func stats() async throws -> JSONValue {
         let reply = try await ConciergeTestRig.send(.GET, baseURL + "/test/stats")
         guard let json = reply.json else { throw ProviderError("stats: \(reply.text)") }

@@ -94,12 +94,17 @@ struct StageFixture {
     let pipeline: ProxyPipeline
     let writer: Task<Void, Never>
 
-    /// - Parameter encodedHits: hot entries get their head encoded, as in the daemon (hits as ready bytes).
-    init(encodedHits: Bool = false, streaming: ScriptedTransport.StreamScript? = nil, _ script: @escaping ScriptedTransport.Script) throws {
+    let sessions: SessionRegistry
+
+    /// - Parameters:
+    ///   - yaml: the configuration (``yaml`` by default; `storage.path` is added).
+    ///   - encodedHits: hot entries get their head encoded, as in the daemon (hits as ready bytes).
+    init(yaml: String = StageFixture.yaml, encodedHits: Bool = false, streaming: ScriptedTransport.StreamScript? = nil,
+         _ script: @escaping ScriptedTransport.Script) throws {
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("concierge-stages-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let logger = Logger(label: "stages") { _ in SwiftLogNoOpLogHandler() }
-        let config = try ConfigLoader.parse(yaml: Self.yaml + "\nstorage:\n  path: \(directory.path)/c.sqlite\n")
+        let config = try ConfigLoader.parse(yaml: yaml + "\nstorage:\n  path: \(directory.path)/c.sqlite\n")
         let database = try StorageDatabase(path: "\(directory.path)/c.sqlite", logger: logger)
         cache = try CacheStore(database: database, maxBytes: 64 << 20, memoryBytes: 8 << 20, logger: logger,
                                encodeHead: encodedHits ? CachedReply.encodeHead : nil)
@@ -110,7 +115,8 @@ struct StageFixture {
         let lifecycle = SessionLifecycle(session: session, cache: cache, stats: stats, events: events, logger: logger)
         runtime = Runtime(config: config)
         let sessions = try SessionRegistry(parts: .init(database: database, cache: cache, transport: transport, runtime: runtime, logger: logger),
-                                           base: lifecycle, perClientDefault: nil)
+                                           base: lifecycle, perClientDefault: config.session.perClient)
+        self.sessions = sessions
         runtime.bind(sessions.bind)
         pipeline = ConciergeDaemon.makePipeline(runtime: runtime, sessions: sessions, transport: transport, logger: logger)
     }

@@ -35,7 +35,7 @@ extension AdminAPI {
             guard unit.instances != nil, let sessions = control.sessions else {
                 return Self.reply(["error": .string("session '\(unit.name)' has no per_client instances")], status: .notFound)
             }
-            let instance = try sessions.instance(of: unit, id: id)
+            let instance = try await sessions.instance(of: unit, id: id)
             let dropped = await instance?.lifecycle.logout(ifAccessToken: nil, reason: "admin")
             return Self.reply(["logged_out": .bool(dropped != nil)])
         }

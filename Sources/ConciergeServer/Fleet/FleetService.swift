@@ -43,7 +43,7 @@ struct FleetService: Service {
             await invalidations.catchUp()
         case .session(let key, let version):
             // An instance this node has not loaded yet is loaded to adopt it: its next request here finds it.
-            guard let unit = sessions.unit(forFleetKey: key), let fleet = unit.lifecycle.fleet else { return }
+            guard let unit = await sessions.unit(forFleetKey: key), let fleet = unit.lifecycle.fleet else { return }
             await apply(fleet.change(announced: version), to: unit)
         case .invalidation:
             await invalidations.catchUp()
@@ -118,7 +118,7 @@ struct FleetService: Service {
             }
         }
         for (key, row) in versions where row.hasTokens && !seen.contains(key) {
-            guard let unit = sessions.unit(forFleetKey: key), let session = unit.lifecycle.fleet else { continue }
+            guard let unit = await sessions.unit(forFleetKey: key), let session = unit.lifecycle.fleet else { continue }
             await apply(session.change(announced: nil), to: unit)
         }
     }

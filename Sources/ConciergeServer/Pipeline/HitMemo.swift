@@ -28,6 +28,10 @@ final class HitMemo: Sendable {
         let config: RuntimeConfig
         let environment: String
         let session: SessionTokens?
+        /// The live session (or `per_client` instance) `session` was read from: a replayed hit
+        /// compares its tokens now (``ProxyPipeline/replayedHit(of:listenerSession:)``); `nil`
+        /// for a pipeline without a registry (its own session).
+        let unit: SessionUnit?
         let key: HashedKey
         let endpoint: EndpointPolicy
 
@@ -37,23 +41,36 @@ final class HitMemo: Sendable {
         }
     }
 
-    /// The request as preparing reads it (a body is excluded by the callers).
+    /// The request as preparing reads it (a body is excluded by the callers), and the live
+    /// session chosen for it.
     struct Probe: Hashable, Sendable {
         let method: String
         let target: String
         let headers: HTTPHeaders
+        /// The live session or `per_client` instance the request chose (``SessionSlot``'s
+        /// identity); `nil` without a registry.
+        let slot: ObjectIdentifier?
+
+        init(_ incoming: IncomingRequest, slot: (any SessionSlot)?) {
+            (method, target, headers) = (incoming.method, incoming.target, incoming.headers)
+            self.slot = slot.map { ObjectIdentifier($0) }
+        }
 
         static func == (a: Probe, b: Probe) -> Bool {
-            a.method == b.method && a.target == b.target
+            a.slot == b.slot && a.method == b.method && a.target == b.target
                 && a.headers.elementsEqual(b.headers) { $0.name == $1.name && $0.value == $1.value }
         }
 
-        /// The target and method only: a probe is hashed for every `GET` (a miss too), and two
-        /// requests differing only in headers are told apart by `==` in the bucket.
+        /// The target, method and session only: a probe is hashed for every `GET` (a miss too),
+        /// and two requests differing only in headers are told apart by `==` in the bucket. The
+        /// session spreads the requests of many `per_client` instances (the same URLs, told
+        /// apart by the id header alone) over buckets: else each lookup compared the headers of
+        /// up to ``capacity`` of them.
         func hash(into hasher: inout Hasher) {
             hasher.combine(target)
             hasher.combine(method)
             hasher.combine(headers.count)
+            hasher.combine(slot)
         }
     }
 
@@ -62,11 +79,11 @@ final class HitMemo: Sendable {
     private let recipes = Mutex<[Probe: Recipe]>([:])
 
     /// The recipe for this request, if the same request was prepared under the same route and session.
-    func recipe(for incoming: IncomingRequest, route: PreparedRequest.Route, session: SessionTokens?) -> Recipe? {
+    func recipe(for incoming: IncomingRequest, route: PreparedRequest.Route, session: SessionTokens?, slot: (any SessionSlot)? = nil) -> Recipe? {
         // The header bytes are counted when a recipe is remembered, not for every lookup: a
         // probe too large to remember matches none (it is compared only with remembered ones).
         guard Self.eligible(incoming, countingHeaderBytes: false) else { return nil }
-        let probe = Probe(method: incoming.method, target: incoming.target, headers: incoming.headers)
+        let probe = Probe(incoming, slot: slot)
         guard let recipe = recipes.withLock({ $0[probe] }), recipe.holds(config: route.config, environment: route.environment, session: session) else {
             return nil
         }
@@ -75,11 +92,11 @@ final class HitMemo: Sendable {
 
     /// Remembers the recipe of a request; returns it (`nil` when the request is not remembered).
     @discardableResult
-    func remember(_ incoming: IncomingRequest, route: PreparedRequest.Route, session: SessionTokens?, key: HashedKey,
-                  endpoint: EndpointPolicy) -> Recipe? {
+    func remember(_ incoming: IncomingRequest, route: PreparedRequest.Route, session: SessionTokens?, unit: SessionUnit? = nil,
+                  key: HashedKey, endpoint: EndpointPolicy) -> Recipe? {
         guard Self.eligible(incoming) else { return nil }
-        let probe = Probe(method: incoming.method, target: incoming.target, headers: incoming.headers)
-        let recipe = Recipe(config: route.config, environment: route.environment, session: session, key: key, endpoint: endpoint)
+        let probe = Probe(incoming, slot: unit)
+        let recipe = Recipe(config: route.config, environment: route.environment, session: session, unit: unit, key: key, endpoint: endpoint)
         recipes.withLock { recipes in
             if recipes.count >= Self.capacity { recipes.removeAll(keepingCapacity: true) }
             recipes[probe] = recipe

@@ -21,6 +21,7 @@ extension ProxyPipeline {
         switch selectSession(incoming, route: incoming.route ?? runtime.route(method: incoming.method, target: incoming.target)) {
         case .answer(let answer): return .answer(answer)
         case .chosen(let chosen): choice = chosen
+        case .firstUse(let unit, let id): return .task(.firstUse(incoming, session: unit, id: id))
         }
         let (route, session) = (choice.route, choice.tokens)
         guard onLoop else {
@@ -29,7 +30,7 @@ extension ProxyPipeline {
         }
         let memo = encoded ? hitMemos.current : nil
         let now = cache.clock.now
-        if let recipe = memo?.recipe(for: incoming, route: route, session: session), let hit = freshHit(recipe, now: now) {
+        if let recipe = memo?.recipe(for: incoming, route: route, session: session, slot: choice.slot), let hit = freshHit(recipe, now: now) {
             return .encodedHit(hit, recipe: recipe)
         }
         let cache = self.cache
@@ -43,7 +44,8 @@ extension ProxyPipeline {
             return exchange.firstAttemptWithoutWaiting(p)
         }, hit: { entry, p, key in
             if encoded, let hit = CachedReply.encoded(entry, endpoint: p.endpoint, now: now) {
-                let recipe = memo?.remember(incoming, route: route, session: session, key: key, endpoint: p.endpoint)
+                let recipe = memo?.remember(incoming, route: route, session: session, unit: choice.slot as? SessionUnit, key: key,
+                                            endpoint: p.endpoint)
                 return .encodedHit(hit, recipe: recipe)
             }
             return .answer(CachedReply.make(entry, p, status: .hit, now: now))
@@ -54,12 +56,30 @@ extension ProxyPipeline {
     /// recipe passes in ``plan(_:encoded:onLoop:)``: the same configuration object and
     /// environment, the same session, a fresh hot-tier entry. `nil` sends the bytes to the
     /// parser and the full path.
-    func replayedHit(of bytes: ByteBuffer) -> (hit: EncodedHit, incoming: IncomingRequest)? {
+    ///
+    /// The same bytes choose the same session (the endpoint's, the `Concierge-Session-Name`
+    /// header's, the `per_client` id header's) but on a listener with a session of its own
+    /// (`listenerSession`, compared with the one the bytes came on first). The session's
+    /// tokens are those of the live session or instance the recipe was made under, read
+    /// now (never `default`'s for another session's recipe); an instance its table forgot
+    /// (idle) no longer answers: the caller's id has a new one.
+    func replayedHit(of bytes: ByteBuffer, listenerSession: String? = nil) -> (hit: EncodedHit, incoming: IncomingRequest)? {
         guard let replay = hitMemos.current.replay(for: bytes) else { return nil }
         let (config, environment) = runtime.snapshot
+        let recipe = replay.recipe
         // Remembered bytes say nothing of who sent them: with `clients`, the parsed path checks.
-        guard !config.accessControlled, replay.recipe.holds(config: config, environment: environment, session: session.current),
-              let hit = freshHit(replay.recipe, now: cache.clock.now) else { return nil }
+        guard !config.accessControlled, replay.incoming.identity.listenerSession == listenerSession,
+              let view = config.view(forSession: recipe.config.sessionName) else { return nil }
+        let tokens: SessionTokens?
+        if let unit = recipe.unit {
+            guard !unit.isForgotten else { return nil }
+            tokens = unit.currentTokens
+        } else {
+            tokens = session.current
+        }
+        guard recipe.holds(config: view, environment: environment, session: tokens), let hit = freshHit(recipe, now: cache.clock.now) else {
+            return nil
+        }
         return (hit, replay.incoming)
     }
 

@@ -16,6 +16,10 @@ extension ProxyPipeline {
     enum SessionSelection {
         case chosen(SessionChoice)
         case answer(ProxyAnswer)
+        /// The `per_client` instance of `id` is not loaded: it is read from SQLite in the
+        /// request's task, off the event loop (``RequestPlan/TaskPlan/firstUse(_:session:id:)``),
+        /// and the session chosen again.
+        case firstUse(session: SessionUnit, id: String)
     }
 
     /// The header a request names its session with (where `listen.session_header: true`).
@@ -65,7 +69,9 @@ extension ProxyPipeline {
     /// The instance of a `per_client` session the request's id names.
     private func instance(_ headers: HTTPHeaders, route: PreparedRequest.Route, slot: any SessionSlot, header: String,
                           max: Int) -> SessionSelection {
-        guard let unit = slot as? SessionUnit, let sessions = self.sessions else { return .chosen(SessionChoice(route: route, slot: slot, tokens: nil)) }
+        guard let unit = slot as? SessionUnit, unit.instances != nil, let sessions = self.sessions else {
+            return .chosen(SessionChoice(route: route, slot: slot, tokens: nil))
+        }
         guard let id = headers.first(name: header) else {
             if Self.needsSession(route) { return .answer(Self.refusal(400, "missing \(header)", route)) }
             return .chosen(SessionChoice(route: route, slot: slot, tokens: nil))
@@ -73,13 +79,7 @@ extension ProxyPipeline {
         guard SessionUnit.isInstanceID(id) else {
             return .answer(Self.refusal(400, "invalid \(header): 16-128 characters of A-Z a-z 0-9 . _ ~ -", route))
         }
-        let instance: SessionUnit
-        do {
-            guard let found = try sessions.instance(of: unit, id: id) else { return .chosen(SessionChoice(route: route, slot: slot, tokens: nil)) }
-            instance = found
-        } catch {
-            return .answer(ProxyAnswer(LocalReplies.unavailable(route.config, status: 503), RequestReport(endpoint: route.endpoint.name)))
-        }
+        guard let instance = sessions.loadedInstance(of: unit, id: id) else { return .firstUse(session: unit, id: id) }
         let tokens = instance.currentTokens
         let isLogin = route.config.settings.session.capture?.endpoint == route.endpoint.name
         if isLogin, tokens == nil, let table = unit.instances, table.liveCount >= max {
@@ -88,6 +88,25 @@ extension ProxyPipeline {
             return .answer(Self.refusal(503, "too many sessions: per_client.max (\(max)) reached", route))
         }
         return .chosen(SessionChoice(route: route, slot: instance, tokens: tokens))
+    }
+
+    /// A request whose `per_client` instance was not loaded: reads it from SQLite (on a
+    /// storage reader; the task waits without blocking its event loop), then plans the request
+    /// again, now without a wait. 503 when it cannot be read.
+    nonisolated(nonsending) func firstUse(_ incoming: IncomingRequest, session: SessionUnit, id: String) async -> ProxyAnswer {
+        let route = incoming.route ?? runtime.route(method: incoming.method, target: incoming.target)
+        do {
+            _ = try await sessions?.instance(of: session, id: id)
+        } catch {
+            session.lifecycle.logger.error("could not read a per-client instance", metadata: ["error": "\(error)"])
+            return ProxyAnswer(LocalReplies.unavailable(route.config, status: 503), RequestReport(endpoint: route.endpoint.name))
+        }
+        let again = plan(incoming, onLoop: false)
+        // Forgotten again at once (a logout of every instance meanwhile): not read twice.
+        if case .task(.firstUse) = again {
+            return ProxyAnswer(LocalReplies.unavailable(route.config, status: 503), RequestReport(endpoint: route.endpoint.name))
+        }
+        return await answer(again)
     }
 
     /// Whether the request's endpoint uses a session: it injects the token, or it is a login.

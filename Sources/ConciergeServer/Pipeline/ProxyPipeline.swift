@@ -56,13 +56,6 @@ public final class ProxyPipeline: Sendable {
         case answer(ProxyAnswer)
     }
 
-    func prepare(_ incoming: IncomingRequest) -> Preparation {
-        switch selectSession(incoming, route: incoming.route ?? runtime.route(method: incoming.method, target: incoming.target)) {
-        case .answer(let answer): return .answer(answer)
-        case .chosen(let choice): return prepare(incoming, choice)
-        }
-    }
-
     func prepare(_ incoming: IncomingRequest, _ choice: SessionChoice) -> Preparation {
         var buffered: ByteBuffer? = nil
         if case .buffered(let body) = incoming.body { buffered = body }
@@ -83,7 +76,12 @@ public final class ProxyPipeline: Sendable {
     }
 
     nonisolated(nonsending) public func handle(_ incoming: IncomingRequest) async -> ProxyAnswer {
-        switch plan(incoming, onLoop: false) {
+        await answer(plan(incoming, onLoop: false))
+    }
+
+    /// The answer to a request planned off the event loop.
+    nonisolated(nonsending) func answer(_ plan: RequestPlan) async -> ProxyAnswer {
+        switch plan {
         case .answer(let answer): return answer
         case .task(let plan): return await run(plan)
         // Planned only on the event loop.
@@ -96,7 +94,7 @@ public final class ProxyPipeline: Sendable {
     /// steps 4–9 in the order of docs/architecture.md. The log lines of a traced request's work
     /// carry its trace ids.
     nonisolated(nonsending) func run(_ plan: RequestPlan.TaskPlan) async -> ProxyAnswer {
-        await TraceLogContext.withTrace(plan.request.trace) { await carryOut(plan) }
+        await TraceLogContext.withTrace(plan.trace) { await carryOut(plan) }
     }
 
     private nonisolated(nonsending) func carryOut(_ plan: RequestPlan.TaskPlan) async -> ProxyAnswer {
@@ -115,6 +113,8 @@ public final class ProxyPipeline: Sendable {
             return withCacheHeaders(await fetchAndStore(p, key: key), .bypass)
         case .awaitedMiss(let p, let key):
             return await awaitedMiss(p, key: key)
+        case .firstUse(let incoming, let session, let id):
+            return await firstUse(incoming, session: session, id: id)
         }
     }
 

@@ -39,12 +39,16 @@ enum RequestPlan: Sendable {
         case exchange(PreparedRequest)
         /// An opaque endpoint (neither envelope nor cached): both bodies stream through.
         case passThrough(PreparedRequest, body: IncomingRequest.Body?)
+        /// The first use of a `per_client` instance not loaded: read from SQLite off the event
+        /// loop, then the request planned again (``ProxyPipeline/firstUse(_:session:id:)``).
+        case firstUse(IncomingRequest, session: SessionUnit, id: String)
 
-        /// The request the plan carries out.
-        var request: PreparedRequest {
+        /// The request's trace, when it is traced.
+        var trace: RequestTrace? {
             switch self {
-            case .awaitedMiss(let p, _), .bypass(let p, _), .httpCaching(let p, _), .exchange(let p), .passThrough(let p, _): return p
-            case .unsafeHTTP(let p): return p
+            case .awaitedMiss(let p, _), .bypass(let p, _), .httpCaching(let p, _), .exchange(let p), .passThrough(let p, _): return p.trace
+            case .unsafeHTTP(let p): return p.trace
+            case .firstUse(let incoming, _, _): return incoming.trace
             }
         }
     }

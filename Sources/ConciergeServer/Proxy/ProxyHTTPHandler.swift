@@ -351,7 +351,9 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// A request recognised by its bytes, answered from the hot tier without parsing them: only
     /// between requests, with nothing waiting. `false`: the bytes go to the request decoder.
     func answerRepeatedHit(_ bytes: ByteBuffer, context: ChannelHandlerContext) -> Bool {
-        guard let writer, machine.canReplayHit, let (hit, incoming) = responder.replayedHit(of: bytes) else { return false }
+        guard let writer, machine.canReplayHit, let (hit, incoming) = responder.replayedHit(of: bytes, listenerSession: identity.listenerSession) else {
+            return false
+        }
         let started = ContinuousClock.now
         let (_, limits) = routeMemo.config(responder)
         guard machine.hitReplayed(limits: limits, now: context.eventLoop.now) else { return false }

@@ -42,9 +42,10 @@ protocol ProxyResponder: Sendable {
     /// Counts a finished request in the metrics and writes its log line.
     func log(_ incoming: IncomingRequest, _ answer: ProxyAnswer, started: ContinuousClock.Instant)
 
-    /// The hit for a request head recognised by its bytes (``ProxyPipeline/replayedHit(of:)``),
-    /// with the request as it was first read; `nil` when the bytes must be parsed.
-    func replayedHit(of bytes: ByteBuffer) -> (hit: EncodedHit, incoming: IncomingRequest)?
+    /// The hit for a request head recognised by its bytes (``ProxyPipeline/replayedHit(of:listenerSession:)``)
+    /// on a connection of a listener with `listenerSession`, with the request as it was first
+    /// read; `nil` when the bytes must be parsed.
+    func replayedHit(of bytes: ByteBuffer, listenerSession: String?) -> (hit: EncodedHit, incoming: IncomingRequest)?
 
     /// Remembers a head that arrived alone in one read and was answered as `recipe` says.
     func rememberReplay(_ bytes: ByteBuffer, incoming: IncomingRequest, recipe: HitMemo.Recipe)
@@ -56,7 +57,7 @@ extension ProxyResponder {
                     answer: @escaping @Sendable (ProxyAnswer) -> Void) -> Bool { false }
 
     /// Without a pipeline every request is parsed.
-    func replayedHit(of bytes: ByteBuffer) -> (hit: EncodedHit, incoming: IncomingRequest)? { nil }
+    func replayedHit(of bytes: ByteBuffer, listenerSession: String?) -> (hit: EncodedHit, incoming: IncomingRequest)? { nil }
 
     func rememberReplay(_ bytes: ByteBuffer, incoming: IncomingRequest, recipe: HitMemo.Recipe) {}
 }

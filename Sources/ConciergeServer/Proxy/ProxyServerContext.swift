@@ -76,8 +76,8 @@ final class ProxyServerContext: ProxyResponder {
         record(incoming, answer, started)
     }
 
-    func replayedHit(of bytes: ByteBuffer) -> (hit: EncodedHit, incoming: IncomingRequest)? {
-        pipeline.replayedHit(of: bytes)
+    func replayedHit(of bytes: ByteBuffer, listenerSession: String?) -> (hit: EncodedHit, incoming: IncomingRequest)? {
+        pipeline.replayedHit(of: bytes, listenerSession: listenerSession)
     }
 
     func rememberReplay(_ bytes: ByteBuffer, incoming: IncomingRequest, recipe: HitMemo.Recipe) {

@@ -32,7 +32,8 @@ struct ScanStopService: Service {
 }
 
 /// Every 30 s: deletes expired and old-version entries, logs out `per_client` instances idle
-/// longer than `per_client.idle`, updates gauges and `STATUS=`.
+/// longer than `per_client.idle` (storing when the loaded ones were last used, as it does
+/// once more on a graceful stop), updates gauges and `STATUS=`.
 struct SweeperService: Service {
     let daemon: ConciergeDaemon
 
@@ -49,6 +50,8 @@ struct SweeperService: Service {
                 daemon.notifier.notify("STATUS=\(daemon.statusLine())")
             }
         }
+        // The instances used since the last sweep: their use outlives the daemon.
+        await daemon.sessions.storeLastUses()
     }
 }
 

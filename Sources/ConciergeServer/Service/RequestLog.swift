@@ -36,17 +36,17 @@ public struct RequestLog: Sendable {
         }
     }
 
-    /// The request as a `curl` command, credentials masked by the config's ``SecretRedactor``
-    /// and `per_client` instance ids masked (``TokenMask``);
+    /// The request as a `curl` command, credentials masked by the config's ``SecretRedactor``,
+    /// a `per_client` instance id as ``TokenMask`` masks it (first 4 characters and the length);
     /// the capture endpoint's body (a login form) is never shown.
     func curlLine(_ incoming: IncomingRequest, target: String, endpoint: String, config: RuntimeConfig) -> String {
         var parts = ["curl", "-X", incoming.method]
         let redactor = config.redactor
-        // A per_client instance id is a credential: shown masked, like a token.
-        let instanceHeaders = Set(([config.settings.session] + config.settings.sessions.values).compactMap { $0.perClient?.header.lowercased() })
+        let sessions = [config.settings.session] + Array(config.settings.sessions.values)
+        let instanceHeaders = Set(sessions.compactMap { $0.perClient?.header.lowercased() })
         for (name, value) in incoming.headers where name.lowercased() != "host" && name.lowercased() != "content-length" {
-            let shown = redactor.names.contains(name.lowercased()) ? SecretRedactor.mask
-                : instanceHeaders.contains(name.lowercased()) ? TokenMask.mask(value) : value
+            let lowered = name.lowercased()
+            let shown = redactor.names.contains(lowered) ? SecretRedactor.mask : instanceHeaders.contains(lowered) ? TokenMask.mask(value) : value
             parts.append("-H '\(name): \(shown)'")
         }
         if case .buffered(let body) = incoming.body, body.readableBytes > 0 {

@@ -50,7 +50,8 @@ final class SessionRegistry: Sendable {
         if let unit = units.withLock({ $0[name] }), (unit.instances != nil) == (settings.perClient != nil) { return unit }
         do {
             let instances = try settings.perClient.map { _ in try Self.instanceTable(name, parts.database) }
-            let unit = try makeUnit(name: name, key: name, instances: instances, cacheIdentity: name, masked: nil)
+            let state = try SessionState(store: SessionStore(database: parts.database, key: name), logger: logger(name, masked: nil))
+            let unit = makeUnit(name: name, state: state, instances: instances, cacheIdentity: name)
             units.withLock { $0[name] = unit }
             return unit
         } catch {
@@ -59,54 +60,79 @@ final class SessionRegistry: Sendable {
         }
     }
 
-    /// A unit over the stored session `key`, sharing the parts of `default`.
-    private func makeUnit(name: String, key: String, instances: InstanceTable?, cacheIdentity: String, masked: String?,
-                          table: InstanceTable? = nil) throws -> SessionUnit {
+    private var clock: WallClock { defaultUnit.lifecycle.clock }
+
+    /// The logger of a session or instance: every line carries `session` (and the masked id).
+    private func logger(_ name: String, masked: String?) -> Logger {
         var logger = parts.logger
         logger[metadataKey: "session"] = "\(name)"
         if let masked { logger[metadataKey: "instance"] = "\(masked)" }
-        let state = try SessionState(store: SessionStore(database: parts.database, key: key), logger: logger)
+        return logger
+    }
+
+    /// A unit over `state` (a stored session or instance), sharing the parts of `default`.
+    /// `lastUsed`, `storedUse`: an instance's last use, and the one SQLite holds.
+    private func makeUnit(name: String, state: SessionState, instances: InstanceTable?, cacheIdentity: String, table: InstanceTable? = nil,
+                          masked: String? = nil, lastUsed: Date? = nil, storedUse: Date? = nil) -> SessionUnit {
+        let logger = state.logger
         let base = defaultUnit.lifecycle
         var lifecycle = SessionLifecycle(session: state, cache: base.cache, stats: base.stats, events: base.events, logger: logger,
                                          revocation: base.revocation, clock: base.clock)
         (lifecycle.name, lifecycle.cacheIdentity, lifecycle.instances) = (name, cacheIdentity, table)
         lifecycle.fleetInvalidations = base.fleetInvalidations
         // In a fleet: the session's own row, keyed like its SQLite row (an instance's by the digest of its id).
-        lifecycle.fleet = base.fleet?.forSession(key: key, session: state, logger: logger)
+        lifecycle.fleet = base.fleet?.forSession(key: cacheIdentity, session: state, logger: logger)
         let refresher = TokenRefresher(session: state, transport: parts.transport, runtime: parts.runtime, stats: base.stats,
                                        events: base.events, lifecycle: lifecycle, logger: logger)
         return SessionUnit(name: name, maskedInstance: masked, state: state, lifecycle: lifecycle, refresher: refresher,
-                           instances: instances, cacheIdentity: cacheIdentity, now: base.clock.date)
+                           instances: instances, cacheIdentity: cacheIdentity, now: lastUsed ?? base.clock.date, storedUse: storedUse)
+    }
+
+    /// The instance `key` of `session`, its tokens and last use read from SQLite on one of its
+    /// reader threads (never the caller's: a request's task runs on its event loop).
+    /// `used`: a request uses it now; `nil`: its last use is the stored one.
+    private func loadInstance(_ session: SessionUnit, table: InstanceTable, key: String, masked: String, used: Date?) async throws -> SessionUnit {
+        let store = SessionStore(database: parts.database, key: key)
+        let (tokens, storedUse) = try await store.loadOnReader()
+        let state = SessionState(store: store, loaded: tokens, logger: logger(session.name, masked: masked))
+        return makeUnit(name: session.name, state: state, instances: nil, cacheIdentity: key, table: table, masked: masked,
+                        lastUsed: used ?? storedUse, storedUse: storedUse ?? .distantPast)
     }
 
     /// The instance of a `per_client` session for the caller's `id` (valid, see
-    /// ``SessionUnit/isInstanceID(_:)``), loaded from SQLite on first use.
-    func instance(of session: SessionUnit, id: String) throws -> SessionUnit? {
-        guard let table = session.instances else { return nil }
-        let key = SessionUnit.instanceKey(session: session.name, id: id)
-        let unit = try table.instance(key: key) {
-            try makeUnit(name: session.name, key: key, instances: nil, cacheIdentity: String(key), masked: TokenMask.mask(id),
-                         table: table)
-        }
-        unit.touch(defaultUnit.lifecycle.clock.date)
+    /// ``SessionUnit/isInstanceID(_:)``) if it is loaded, marked used; `nil` when it must be
+    /// read from SQLite first (``instance(of:id:)``). No I/O: callable on an event loop.
+    func loadedInstance(of session: SessionUnit, id: String) -> SessionUnit? {
+        guard let unit = session.instances?.loaded(key: SessionUnit.instanceKey(session: session.name, id: id)) else { return nil }
+        unit.touch(clock.date)
         return unit
     }
 
-    /// The instance of `session` stored under `key` (loaded on first use), named in logs by
-    /// the end of its key's digest (this node may never have seen its id).
-    private func storedInstance(of session: SessionUnit, key: String, table: InstanceTable) throws -> SessionUnit {
-        try table.instance(key: key) {
-            try makeUnit(name: session.name, key: key, instances: nil, cacheIdentity: key, masked: "#" + key.suffix(6), table: table)
+    /// The instance of a `per_client` session for the caller's `id` (valid), read from SQLite
+    /// on a storage reader on first use, marked used; `nil` for a session without instances.
+    func instance(of session: SessionUnit, id: String) async throws -> SessionUnit? {
+        guard let table = session.instances else { return nil }
+        let key = SessionUnit.instanceKey(session: session.name, id: id)
+        let unit = try await table.instance(key: key) {
+            try await loadInstance(session, table: table, key: key, masked: TokenMask.mask(id), used: clock.date)
         }
+        unit.touch(clock.date)
+        return unit
+    }
+
+    /// A stored instance known by its key alone (a logout of them all, the idle sweep), its id
+    /// unknown: masked as `#` and the key's last 6 characters.
+    private func storedInstance(_ session: SessionUnit, table: InstanceTable, key: String) async throws -> SessionUnit {
+        try await table.instance(key: key) { try await loadInstance(session, table: table, key: key, masked: "#" + key.suffix(6), used: nil) }
     }
 
     /// The session or instance whose fleet row is `key` (`default`, a name, or `name#digest`),
     /// an instance loaded if need be; `nil` when the current configuration has no such session.
-    func unit(forFleetKey key: String) -> SessionUnit? {
+    func unit(forFleetKey key: String) async -> SessionUnit? {
         guard let hash = key.firstIndex(of: "#") else { return unit(named: key) }
         guard let session = unit(named: String(key[..<hash])), let table = session.instances else { return nil }
         do {
-            return try storedInstance(of: session, key: key, table: table)
+            return try await storedInstance(session, table: table, key: key)
         } catch {
             parts.logger.error("could not open a stored instance", metadata: ["session": "\(session.name)", "error": "\(error)"])
             return nil
@@ -156,9 +182,9 @@ final class SessionRegistry: Sendable {
             return await unit.lifecycle.logout(ifAccessToken: nil, reason: .string(reason)) == nil ? 0 : 1
         }
         var count = 0
-        let keys = (try? SessionStore.instanceKeys(parts.database, session: unit.name)) ?? []
+        let keys = (try? await SessionStore.instanceKeys(parts.database, session: unit.name, unusedSince: .distantFuture)) ?? []
         for key in keys {
-            let instance = try? storedInstance(of: unit, key: key, table: table)
+            let instance = try? await storedInstance(unit, table: table, key: key)
             if let instance, await instance.lifecycle.logout(ifAccessToken: nil, reason: .string(reason)) != nil { count += 1 }
             table.forget(key)
         }
@@ -168,13 +194,25 @@ final class SessionRegistry: Sendable {
         return count
     }
 
-    /// Logs out (and revokes) the instances unused for their session's `per_client.idle`, and
-    /// forgets loaded instances without tokens unused as long.
+    /// Logs out (and revokes) the instances unused for their session's `per_client.idle`:
+    /// the loaded ones by their last use in memory, the others by the last use SQLite holds
+    /// (stored here first for the loaded ones); forgets them, and loaded instances without
+    /// tokens unused as long.
     func sweepIdle(now: Date) async {
         for unit in all {
             guard let table = unit.instances, let idle = parts.runtime.current.sessionSettings(unit.name).perClient?.idle else { continue }
             let cutoff = now.addingTimeInterval(-Double(idle.components.seconds))
-            for instance in table.all where instance.lastUsedAt < cutoff {
+            await storeLastUses(of: table)
+            var idleOnes = table.all.filter { $0.lastUsedAt < cutoff }
+            let stored = (try? await SessionStore.instanceKeys(parts.database, session: unit.name, unusedSince: cutoff)) ?? []
+            for key in stored where table.loaded(key: key) == nil {
+                // Loaded with its stored last use: a request that takes it meanwhile marks it used.
+                if let instance = try? await storedInstance(unit, table: table, key: key), instance.lastUsedAt < cutoff {
+                    idleOnes.append(instance)
+                }
+            }
+            // Judged again at its turn: a request may have used it meanwhile.
+            for instance in idleOnes where instance.lastUsedAt < cutoff {
                 if await instance.lifecycle.logout(ifAccessToken: nil, reason: "idle") != nil {
                     parts.logger.info("per-client instance idle: logged out", metadata: ["session": "\(unit.name)",
                                                                                          "instance": "\(instance.maskedInstance ?? "-")"])
@@ -182,6 +220,22 @@ final class SessionRegistry: Sendable {
                 if let key = instance.cacheIdentity { table.forget(key) }
             }
         }
+    }
+
+    /// Stores in SQLite the last use of each loaded instance used since it was last stored
+    /// (the idle sweep, every 30 s, and a graceful stop): one write for them all.
+    func storeLastUses(of table: InstanceTable) async {
+        let uses = table.all.compactMap { unit in unit.takeUnstoredUse().flatMap { at in unit.cacheIdentity.map { (key: $0, at: at) } } }
+        do {
+            try await SessionStore.recordLastUse(parts.database, uses)
+        } catch {
+            parts.logger.warning("could not store when per-client instances were last used", metadata: ["session": "\(table.session)", "error": "\(error)"])
+        }
+    }
+
+    /// ``storeLastUses(of:)`` for every `per_client` session.
+    func storeLastUses() async {
+        for unit in all { if let table = unit.instances { await storeLastUses(of: table) } }
     }
 }
 

@@ -49,6 +49,15 @@ public final class SessionState: Sendable {
         state = Mutex(State(tokens: try store.load()))
     }
 
+    /// The live session over `store`, holding `tokens` already read from it
+    /// (``SessionStore/loadOnReader()``).
+    public init(store: SessionStore, loaded tokens: SessionTokens?, logger: Logger) {
+        self.store = store
+        self.logger = logger
+        self.health = store.database.health
+        state = Mutex(State(tokens: tokens))
+    }
+
     public var current: SessionTokens? { state.withLock { $0.tokens } }
     public var generation: Int { state.withLock { $0.generation } }
     public var snapshot: (tokens: SessionTokens?, generation: Int) { state.withLock { ($0.tokens, $0.generation) } }

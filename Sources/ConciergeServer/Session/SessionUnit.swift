@@ -21,12 +21,17 @@ final class SessionUnit: SessionSlot {
     let cacheIdentity: String?
     /// When a request last used it (an instance's idle time), in seconds since 1970.
     private let lastUsed: Atomic<Int64>
+    /// The last use stored in SQLite (``SessionStore/recordLastUse(_:_:)``), in seconds since 1970.
+    private let lastUseStored: Atomic<Int64>
+    /// An instance its table no longer holds (idle, logged out): a request finds a new one.
+    private let forgotten = Atomic(false)
 
     init(name: String, maskedInstance: String? = nil, state: SessionState, lifecycle: SessionLifecycle, refresher: TokenRefresher,
-         instances: InstanceTable? = nil, cacheIdentity: String?, now: Date) {
+         instances: InstanceTable? = nil, cacheIdentity: String?, now: Date, storedUse: Date? = nil) {
         (self.name, self.maskedInstance, self.state, self.lifecycle, self.refresher) = (name, maskedInstance, state, lifecycle, refresher)
         (self.instances, self.cacheIdentity) = (instances, cacheIdentity)
         lastUsed = Atomic(Int64(now.timeIntervalSince1970))
+        lastUseStored = Atomic(Int64((storedUse ?? now).timeIntervalSince1970))
     }
 
     var currentTokens: SessionTokens? { state.current }
@@ -34,6 +39,18 @@ final class SessionUnit: SessionSlot {
     /// Marks a use now (an instance is logged out after `per_client.idle` without one).
     func touch(_ now: Date) { lastUsed.store(Int64(now.timeIntervalSince1970), ordering: .relaxed) }
     var lastUsedAt: Date { Date(timeIntervalSince1970: Double(lastUsed.load(ordering: .relaxed))) }
+
+    /// The last use, when it is newer than the one stored; then counted as stored.
+    func takeUnstoredUse() -> Date? {
+        let used = lastUsed.load(ordering: .relaxed)
+        guard lastUseStored.exchange(used, ordering: .relaxed) < used else { return nil }
+        return Date(timeIntervalSince1970: Double(used))
+    }
+
+    /// Whether its table forgot it (``InstanceTable/forget(_:)``): a replayed hit made under it
+    /// no longer speaks for the caller's instance.
+    var isForgotten: Bool { forgotten.load(ordering: .relaxed) }
+    fileprivate func markForgotten() { forgotten.store(true, ordering: .relaxed) }
 
     /// `user` or `app` under `config`.
     func kind(_ config: RuntimeConfig) -> SessionTokens.Kind { config.sessionSettings(name).kind }
@@ -64,10 +81,14 @@ final class InstanceTable: Sendable {
         live = Atomic(storedCount)
     }
 
-    /// The instance of `id`, made by `make` (which loads its stored tokens) on first use.
-    func instance(key: String, make: () throws -> SessionUnit) rethrows -> SessionUnit {
-        if let unit = loaded.withLock({ $0[key] }) { return unit }
-        let unit = try make()
+    /// The instance of `key` if it is loaded: no I/O, callable on an event loop.
+    func loaded(key: String) -> SessionUnit? { loaded.withLock { $0[key] } }
+
+    /// The instance of `key`, made by `make` (which reads its stored tokens on a storage
+    /// reader) on first use; two first uses at once keep the one made first.
+    nonisolated(nonsending) func instance(key: String, make: () async throws -> SessionUnit) async throws -> SessionUnit {
+        if let unit = loaded(key: key) { return unit }
+        let unit = try await make()
         return loaded.withLock { table in
             if let existing = table[key] { return existing }
             table[key] = unit
@@ -88,5 +109,5 @@ final class InstanceTable: Sendable {
     func ended() { live.wrappingSubtract(1, ordering: .relaxed) }
 
     /// Forgets a loaded instance (logged out and idle).
-    func forget(_ key: String) { loaded.withLock { _ = $0.removeValue(forKey: key) } }
+    func forget(_ key: String) { loaded.withLock { $0.removeValue(forKey: key) }?.markForgotten() }
 }

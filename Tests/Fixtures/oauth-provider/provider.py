@@ -7,7 +7,7 @@ RFC 7009 revocation, a protected JSON resource answering RFC 6750 401s, and a st
 REFRESH_GRACE_SECONDS is django-oauth-toolkit's REFRESH_TOKEN_GRACE_PERIOD_SECONDS (default 0:
 a rotated refresh token is refused at once, as the toolkit's default does).
 
-Creates the database, a user (alice / wonderland-pass) and a confidential client
+Creates the database, two users (alice / wonderland-pass, bob / looking-glass-pass) and a confidential client
 (concierge-client / concierge-secret), prints "ready PORT" and serves on 127.0.0.1:PORT
 (PORT 0: a free port the system chooses) until killed. Test traffic stays on loopback.
 """
@@ -71,7 +71,16 @@ def me(request):
 
 def stats(request):
     now = timezone.now()
+    from django.contrib.auth.models import User
+    by_user = {
+        user.username: {
+            "refresh_grants": RefreshToken.objects.filter(user=user, revoked__isnull=False).count(),
+            "live_refresh_tokens": RefreshToken.objects.filter(user=user, revoked__isnull=True).count(),
+        }
+        for user in User.objects.all()
+    }
     return JsonResponse({
+        "by_user": by_user,
         "refresh_grants": RefreshToken.objects.filter(revoked__isnull=False).count(),
         "live_refresh_tokens": RefreshToken.objects.filter(revoked__isnull=True).count(),
         "access_tokens": AccessToken.objects.count(),
@@ -148,6 +157,7 @@ def setup():
     if User.objects.filter(username="alice").exists():
         return  # a restart on the same database
     User.objects.create_user("alice", password="wonderland-pass")
+    User.objects.create_user("bob", password="looking-glass-pass")
     Application.objects.create(
         name="concierge", client_id="concierge-client", client_secret="concierge-secret", hash_client_secret=True,
         client_type=Application.CLIENT_CONFIDENTIAL, authorization_grant_type=Application.GRANT_PASSWORD,
