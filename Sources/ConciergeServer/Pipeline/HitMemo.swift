@@ -111,12 +111,19 @@ final class HitMemo: Sendable {
     /// A request head that arrived alone in one read, was parsed and checked, and was answered
     /// from the hot tier through ``recipe``: the same bytes again are the same request
     /// (``RepeatedHitHandler``), answered without parsing them.
-    struct Replay: Sendable {
+    ///
+    /// A class: a repeated hit reads it out of the memo's lock and through the checks as one
+    /// reference, where the struct (the request, the recipe) was copied at each step.
+    final class Replay: Sendable {
         /// The head's bytes, copied (a slice would keep the whole read buffer).
         let bytes: ByteBuffer
         /// The request as the checks left it (for the request log).
         let incoming: IncomingRequest
         let recipe: Recipe
+
+        init(bytes: ByteBuffer, incoming: IncomingRequest, recipe: Recipe) {
+            (self.bytes, self.incoming, self.recipe) = (bytes, incoming, recipe)
+        }
     }
 
     /// Keyed by a quick hash of the bytes (``quickHash(_:)``); a match is compared byte for
