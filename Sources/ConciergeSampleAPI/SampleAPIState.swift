@@ -111,6 +111,11 @@ public final class SampleAPIState: Sendable {
         storage.withLock { $0.tokenFault }
     }
 
+    /// Every access and refresh token issued so far.
+    public var issuedTokens: [String] {
+        storage.withLock { $0.tokens.issued }
+    }
+
     /// Every access token issued so far answers code 801 from now on.
     public func expireAllAccessTokens() {
         storage.withLock { $0.tokens.expireAllAccessTokens() }

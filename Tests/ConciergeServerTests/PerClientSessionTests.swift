@@ -56,6 +56,30 @@ struct PerClientSessionTests {
         }
     }
 
+    @Test("the tokens of many instances never reach the log, before and after they are refreshed (the scrubber's index and its renewal)")
+    func manyInstancesTokensScrubbed() async throws {
+        try await Self.with(max: 20) { rig in
+            let ids = (0..<12).map { "client-many-\(String(format: "%012d", $0))" }
+            for (n, id) in ids.enumerated() { #expect(try await Self.login(rig, "user\(n)", id: id).status == 200) }
+            // A token in a parameter whose name says nothing: only the literal scrubber masks it.
+            func echoEveryToken() async throws {
+                for (n, token) in rig.api.state.issuedTokens.enumerated() {
+                    #expect(try await rig.get("/api/items?q=\(token)", headers: [("Concierge-Session", ids[n % ids.count])]).status == 200)
+                }
+            }
+            try await echoEveryToken()
+            rig.api.state.expireAllAccessTokens()
+            for id in ids { #expect(try await Self.me(rig, id: id, "?renewed=1").status == 200) }
+            #expect(rig.api.state.tokenCalls >= 12, "every instance refreshed")
+            try await echoEveryToken()
+            let issued = rig.api.state.issuedTokens
+            #expect(issued.count >= 36, "12 logins (access and refresh) and 12 new access tokens")
+            let log = rig.logText
+            #expect(log.contains("q=***"))
+            for token in issued { #expect(!log.contains(token), "a token reached the log: \(token.prefix(4))…") }
+        }
+    }
+
     @Test("logging one instance out leaves the other live; a login beyond max is 503; a bad id is 400")
     func revokeMaxAndBadID() async throws {
         try await Self.with { rig in

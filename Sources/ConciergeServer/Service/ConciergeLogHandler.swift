@@ -39,19 +39,50 @@ public final class LogSink: Sendable {
 }
 
 /// The literal secrets no log line may contain: the tokens in use and the values of
-/// `${VAR}` expansions. Sources are added once (by the daemon) and read per line.
+/// `${VAR}` expansions. Sources are added once (by the daemon); their secrets are indexed
+/// (``SecretIndex``) and the index kept while they stay the same: a source with a `version`
+/// (the sessions', which hold thousands of tokens with `per_client`) is read again only when
+/// its version moves, the others (a few values) at every line.
 public final class SecretScrubber: Sendable {
-    private let sources = Mutex<[@Sendable () -> [String]]>([])
+    private struct Source: Sendable {
+        let version: (@Sendable () -> Int)?
+        let literals: @Sendable () -> [String]
+    }
+
+    private struct Built: Sendable {
+        var versions: [Int]
+        var versioned: [[String]]
+        var unversioned: [String]
+        var index: SecretIndex
+    }
+
+    private let sources = Mutex<[Source]>([])
+    private let built = Mutex<Built?>(nil)
 
     public init() {}
 
-    public func addSource(_ source: @escaping @Sendable () -> [String]) {
-        sources.withLock { $0.append(source) }
+    /// `version`: a number that moves whenever `literals` would give something else.
+    public func addSource(version: (@Sendable () -> Int)? = nil, _ literals: @escaping @Sendable () -> [String]) {
+        sources.withLock { $0.append(Source(version: version, literals: literals)) }
+        built.withLock { $0 = nil }
     }
 
     func scrub(_ text: String) -> String {
-        let literals = sources.withLock { $0 }.flatMap { $0() }
-        return literals.isEmpty ? text : SecretRedactor.scrub(text, literals: literals)
+        index().scrub(text)
+    }
+
+    private func index() -> SecretIndex {
+        let sources = sources.withLock { $0 }
+        let versions = sources.compactMap { $0.version?() }
+        let unversioned = sources.filter { $0.version == nil }.flatMap { $0.literals() }
+        let previous = built.withLock { $0 }
+        if let previous, previous.versions == versions, previous.unversioned == unversioned { return previous.index }
+        let versioned = previous.flatMap { $0.versions == versions ? $0.versioned : nil }
+            ?? sources.filter { $0.version != nil }.map { $0.literals() }
+        let next = Built(versions: versions, versioned: versioned, unversioned: unversioned,
+                         index: SecretIndex(versioned.flatMap { $0 } + unversioned))
+        built.withLock { $0 = next }
+        return next.index
     }
 }
 

@@ -18,9 +18,14 @@ import Synchronization
 /// It also holds the pacing of the session's token requests (``TokenRequestPacing``), in
 /// memory only: the refresher and the fleet's renewal read and update it.
 public final class SessionState: Sendable {
+    /// Moves whenever any session's or instance's tokens change, or one is loaded: the log
+    /// scrubber reads every session's secrets again only then (``SecretScrubber``).
+    static let secretChanges = Atomic<Int>(0)
+
     private struct State {
         var tokens: SessionTokens? {
             didSet {
+                SessionState.secretChanges.add(1, ordering: .releasing)
                 // Tokens just replaced stay masked in log lines for a while.
                 for old in [oldValue?.accessToken, oldValue?.refreshToken].compactMap({ $0 })
                 where old != tokens?.accessToken && old != tokens?.refreshToken {
@@ -47,6 +52,7 @@ public final class SessionState: Sendable {
         self.logger = logger
         self.health = store.database.health
         state = Mutex(State(tokens: try store.load()))
+        Self.secretChanges.add(1, ordering: .releasing)
     }
 
     /// The live session over `store`, holding `tokens` already read from it
@@ -56,6 +62,7 @@ public final class SessionState: Sendable {
         self.logger = logger
         self.health = store.database.health
         state = Mutex(State(tokens: tokens))
+        Self.secretChanges.add(1, ordering: .releasing)
     }
 
     public var current: SessionTokens? { state.withLock { $0.tokens } }
