@@ -11,6 +11,8 @@ public final class SampleAPIState: Sendable {
         var loginCalls = 0
         var expirySignals = 0
         var lastRequestByPath: [String: SampleRequestRecord] = [:]
+        /// The last ``recentLimit`` requests of each path, oldest first.
+        var recentByPath: [String: [SampleRequestRecord]] = [:]
         var tokens = TokenRegistry()
         var tokenFault: TokenEndpointFault?
     }
@@ -95,6 +97,14 @@ public final class SampleAPIState: Sendable {
         storage.withLock { $0.callsByPath }
     }
 
+    /// How many of each path's requests ``recentRequests(_:)`` keeps.
+    public static let recentLimit = 64
+
+    /// The last ``recentLimit`` requests seen on `path`, oldest first.
+    public func recentRequests(_ path: String) -> [SampleRequestRecord] {
+        storage.withLock { $0.recentByPath[path] ?? [] }
+    }
+
     /// The most recent request seen on `path`.
     public func lastRequest(_ path: String) -> SampleRequestRecord? {
         storage.withLock { $0.lastRequestByPath[path] }
@@ -109,11 +119,6 @@ public final class SampleAPIState: Sendable {
 
     public var tokenEndpointFault: TokenEndpointFault? {
         storage.withLock { $0.tokenFault }
-    }
-
-    /// Every access and refresh token issued so far.
-    public var issuedTokens: [String] {
-        storage.withLock { $0.tokens.issued }
     }
 
     /// Every access token issued so far answers code 801 from now on.
@@ -146,6 +151,7 @@ public final class SampleAPIState: Sendable {
             storage.loginCalls = 0
             storage.expirySignals = 0
             storage.lastRequestByPath = [:]
+            storage.recentByPath = [:]
         }
     }
 
@@ -157,6 +163,8 @@ public final class SampleAPIState: Sendable {
             storage.totalCalls += 1
             storage.callsByPath[request.path, default: 0] += 1
             storage.lastRequestByPath[request.path] = request
+            storage.recentByPath[request.path, default: []].append(request)
+            if storage.recentByPath[request.path]!.count > Self.recentLimit { storage.recentByPath[request.path]!.removeFirst() }
         }
     }
 

@@ -27,9 +27,6 @@ struct TokenRegistry {
 
     private var accessTokens: [String: IssuedToken] = [:]
     private var refreshTokens: [String: IssuedToken] = [:]
-
-    /// Every access and refresh token issued so far.
-    var issued: [String] { Array(accessTokens.keys) + Array(refreshTokens.keys) }
     private var issuedLog: [String] = []
 
     /// Issues a fresh access/refresh pair for `userID`.

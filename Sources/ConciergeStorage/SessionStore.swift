@@ -45,6 +45,10 @@ public struct SessionStore: Sendable {
     /// A stored instance (or named session) and when it was last used, read on one of SQLite's
     /// reader threads while the caller waits without blocking its own (an event loop's
     /// request task). `lastUsed` is the stored last use, else when its tokens were set.
+    // Kept out of cross-module optimization: serialized into the server module, the
+    // specialization of GRDB's async read it calls could not be read back (swift 6.3.1 crashed
+    // with "DESERIALIZATION FAILURE ... base is not a nominal type (Connection)").
+    @_semantics("optimize.no.crossmodule")
     public func loadOnReader() async throws -> (tokens: SessionTokens?, lastUsed: Date?) {
         let key = key
         return try await database.pool.read { db in
@@ -102,6 +106,10 @@ public struct SessionStore: Sendable {
 
     /// The stored instances of the `per_client` session `name` last used before `cutoff` (a row
     /// whose use was never recorded counts from when its tokens were set), read on a reader.
+    // Kept out of cross-module optimization: serialized into the server module, the
+    // specialization of GRDB's async read it calls could not be read back (swift 6.3.1 crashed
+    // with "DESERIALIZATION FAILURE ... base is not a nominal type (Connection)").
+    @_semantics("optimize.no.crossmodule")
     public static func instanceKeys(_ database: StorageDatabase, session name: String, unusedSince cutoff: Date) async throws -> [String] {
         try await database.pool.read { db in
             try String.fetchAll(db, sql: """
@@ -113,6 +121,10 @@ public struct SessionStore: Sendable {
 
     /// Records when instances were last used (`per_client.idle` judges the stored ones by it):
     /// one transaction; a time older than the stored one is kept out.
+    // Kept out of cross-module optimization: serialized into the server module, the
+    // specialization of GRDB's async read it calls could not be read back (swift 6.3.1 crashed
+    // with "DESERIALIZATION FAILURE ... base is not a nominal type (Connection)").
+    @_semantics("optimize.no.crossmodule")
     public static func recordLastUse(_ database: StorageDatabase, _ uses: [(key: String, at: Date)]) async throws {
         guard !uses.isEmpty else { return }
         try await database.pool.write { db in

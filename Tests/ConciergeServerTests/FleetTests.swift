@@ -46,7 +46,7 @@ struct FleetTests {
 
     /// Waits (bounded) until the node's `GET /fleet` says `ok`.
     static func fleetIsUp(_ rig: ConciergeTestRig) async throws -> Bool {
-        try await eventually(.seconds(20)) {
+        try await eventually {
             try await rig.admin(.GET, "/fleet").json?[path: "state"] == "ok"
         }
     }

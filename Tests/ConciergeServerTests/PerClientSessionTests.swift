@@ -63,7 +63,7 @@ struct PerClientSessionTests {
             for (n, id) in ids.enumerated() { #expect(try await Self.login(rig, "user\(n)", id: id).status == 200) }
             // A token in a parameter whose name says nothing: only the literal scrubber masks it.
             func echoEveryToken() async throws {
-                for (n, token) in rig.api.state.issuedTokens.enumerated() {
+                for (n, token) in rig.api.state.everyTokenIssued.enumerated() {
                     #expect(try await rig.get("/api/items?q=\(token)", headers: [("Concierge-Session", ids[n % ids.count])]).status == 200)
                 }
             }
@@ -72,7 +72,7 @@ struct PerClientSessionTests {
             for id in ids { #expect(try await Self.me(rig, id: id, "?renewed=1").status == 200) }
             #expect(rig.api.state.tokenCalls >= 12, "every instance refreshed")
             try await echoEveryToken()
-            let issued = rig.api.state.issuedTokens
+            let issued = rig.api.state.everyTokenIssued
             #expect(issued.count >= 36, "12 logins (access and refresh) and 12 new access tokens")
             let log = rig.logText
             #expect(log.contains("q=***"))
