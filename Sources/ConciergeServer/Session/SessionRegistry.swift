@@ -157,10 +157,13 @@ final class SessionRegistry: Sendable {
 
     /// Every session of the current configuration, in file order (`default` first when the
     /// configuration has no sessions at all).
+    /// The units are the ones ``bind(_:_:)`` made (what ``unit(named:)`` finds), read at once:
+    /// the periodic passes over every session cost no lookup per name.
     var all: [SessionUnit] {
         let config = parts.runtime.current
         let names = config.settings.sessionNames.isEmpty ? ["default"] : config.settings.sessionNames
-        return names.compactMap { unit(named: $0) }
+        let units = units.withLock { $0 }
+        return names.compactMap { units[$0] }
     }
 
     /// Logs out the sessions `config` no longer names (and every instance of them); called
