@@ -15,6 +15,8 @@ public final class StorageHealth: Sendable {
         var unreported = 0
         var lastLog: ContinuousClock.Instant?
         var lastError = ""
+        /// Sessions and instances whose last save failed (``sessionSaveFailed(_:)``).
+        var unsavedSessions = 0
     }
 
     private let state = Mutex(State())
@@ -28,6 +30,16 @@ public final class StorageHealth: Sendable {
 
     /// True while the last write failed.
     public var isDegraded: Bool { state.withLock { $0.degraded } }
+
+    /// Some session or instance holds tokens its last save could not store: read in O(1)
+    /// however many sessions the daemon has (the recovery pass checks it every 5 s).
+    public var hasUnsavedSession: Bool { state.withLock { $0.unsavedSessions > 0 } }
+
+    /// A session's store moved between saved and unsaved: `true` when its save failed (it was
+    /// saved before), `false` when a later save stored it or it went away unsaved.
+    public func sessionSaveFailed(_ failed: Bool) {
+        state.withLock { $0.unsavedSessions += failed ? 1 : -1 }
+    }
 
     /// Writes that failed since start.
     public var failureCount: Int { state.withLock { $0.failures } }

@@ -55,7 +55,7 @@ struct SweeperService: Service {
     }
 }
 
-/// While storage is degraded, every 5 s: saves the session if its last save failed and
+/// While storage is degraded, every 5 s: saves the sessions and instances whose last save failed and
 /// tries a small write, so storage is marked healthy once the disk takes writes again.
 struct StorageRecoveryService: Service {
     let daemon: ConciergeDaemon
@@ -67,7 +67,7 @@ struct StorageRecoveryService: Service {
             while !Task.isCancelled {
                 try await Task.sleep(for: .seconds(5))
                 guard daemon.storageDegraded else { continue }
-                if await daemon.cache.probe() { for unit in daemon.sessions.all { await unit.state.persistPending() } }
+                if await daemon.cache.probe() { for unit in daemon.sessions.loadedUnits { await unit.state.persistPending() } }
                 daemon.refreshCacheGauges()
             }
         }

@@ -346,7 +346,7 @@ public final class ConciergeDaemon: Sendable {
     }
 
     /// Writes to SQLite are failing, or the live session is not saved yet.
-    var storageDegraded: Bool { database.health.isDegraded || sessions.hasUnsavedChange }
+    var storageDegraded: Bool { database.health.isDegraded || database.health.hasUnsavedSession }
 
     /// The parts of the daemon the admin API reads and steers.
     var adminControl: AdminControl {

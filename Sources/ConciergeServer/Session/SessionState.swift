@@ -136,12 +136,25 @@ public final class SessionState: Sendable {
         let tokens = current
         do {
             try await store.save(tokens)
-            state.withLock { $0.unsaved = false }
+            if markUnsaved(false) { health.sessionSaveFailed(false) }
             health.recordSuccess()
         } catch {
-            state.withLock { $0.unsaved = true }
+            if markUnsaved(true) { health.sessionSaveFailed(true) }
             health.recordFailure("session", error)
         }
+    }
+
+    /// Sets ``hasUnsavedChange``; whether it changed (the storage health counts unsaved sessions).
+    private func markUnsaved(_ unsaved: Bool) -> Bool {
+        state.withLock { s in
+            defer { s.unsaved = unsaved }
+            return s.unsaved != unsaved
+        }
+    }
+
+    deinit {
+        // An instance forgotten or a session removed while unsaved no longer keeps storage degraded.
+        if state.withLock({ $0.unsaved }) { health.sessionSaveFailed(false) }
     }
 }
 
