@@ -14,7 +14,8 @@
 # of swift_retain and the like (larger files; keep DURATION short).
 #
 # callgrind (package valgrind): a second Concierge runs under `valgrind --tool=callgrind`;
-# after WARMUP requests of each kind the counters are zeroed (callgrind_control -z), then
+# after WARMUP requests of each kind the counters are dumped and so zeroed (callgrind_control
+# -d; not -z, which leaves costs run before it on other threads in the next dump), then
 # CALLGRIND_REQUESTS (2000) sequential requests are sent with curl over one keep-alive
 # connection and the counters dumped (callgrind_control -d); for the MISS dump the script
 # first waits until the writer has committed every entry, so its work is in. Instruction
