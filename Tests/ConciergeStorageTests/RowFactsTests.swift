@@ -118,6 +118,18 @@ struct RowFactsTests {
         #expect(Array(times.oldest(1999).suffix(3)) == [1, 2, 3])
     }
 
+    @Test("the oldest rows come with the access time each had: a row read since is told apart by its time")
+    func oldestWithTimes() {
+        var times = RowFacts()
+        for rowid in Int64(1)...300 { times.set(rowid, usableUntil: 1e12, lastAccess: Double(rowid), endpoint: "e", version: 1, userID: nil) }
+        let chosen = times.oldestWithTimes(3)
+        #expect(chosen.map(\.rowid) == [1, 2, 3] && chosen.map(\.lastAccess) == [1, 2, 3])
+        times.touch(2, at: 1000)
+        times.remove(3)
+        #expect(chosen.map { times.lastAccess(of: $0.rowid) == $0.lastAccess } == [true, false, false])
+        #expect(times.lastAccess(of: 300) == 300 && times.lastAccess(of: 301) == nil)
+    }
+
     @Test("after a restart the rows the loader read are swept; the usable_until index is gone")
     func afterRestart() async throws {
         let dir = try TempDirectory()

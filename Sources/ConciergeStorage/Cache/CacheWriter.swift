@@ -49,6 +49,8 @@ final class CacheWriter: Sendable {
     let loadWaiters: Mutex<[CheckedContinuation<Void, Never>]?>
     /// ``batchStatements(_:)``, once prepared.
     let preparedStatements = StatementSlot()
+    /// The rows eviction chose, taken slice by slice (``EvictionChoice``); the writer's thread only.
+    let evictionChoice = Mutex(EvictionChoice())
 
     struct Queue {
         var work: [Work] = []

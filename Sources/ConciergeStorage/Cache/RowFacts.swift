@@ -184,6 +184,12 @@ struct RowFacts: Sendable {
     /// as SQLite's index on `last_access` ordered them): one pass over the rows, keeping the
     /// oldest seen so far in a heap whose top is the newest of them.
     func oldest(_ limit: Int) -> [Int64] {
+        oldestWithTimes(limit).map(\.rowid)
+    }
+
+    /// ``oldest(_:)`` with each row's access time, so that a row read after it was chosen can
+    /// be told apart (``lastAccess(of:)``).
+    func oldestWithTimes(_ limit: Int) -> [(rowid: Int64, lastAccess: Double)] {
         guard limit > 0 else { return [] }
         var heap = NewestOnTop(capacity: limit)
         for (page, entries) in pages {
@@ -192,6 +198,13 @@ struct RowFacts: Sendable {
             }
         }
         return heap.sortedOldestFirst()
+    }
+
+    /// The row's last access; `nil` for a row without facts.
+    func lastAccess(of rowid: Int64) -> Double? {
+        let (page, slot) = Self.place(rowid)
+        guard let entries = pages[page], entries.group[slot] != 0 else { return nil }
+        return entries.lastAccess[slot]
     }
 
     /// The rows criteria select by their facts (``InvalidationCriteria/Selection/rows(_:)``;
@@ -350,7 +363,7 @@ private struct NewestOnTop {
         }
     }
 
-    func sortedOldestFirst() -> [Int64] {
-        items.sorted { Self.newer($1, $0) }.map(\.rowid)
+    func sortedOldestFirst() -> [(rowid: Int64, lastAccess: Double)] {
+        items.sorted { Self.newer($1, $0) }.map { ($0.rowid, $0.time) }
     }
 }
