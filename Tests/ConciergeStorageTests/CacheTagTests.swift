@@ -1,6 +1,7 @@
 @testable import ConciergeStorage
 import ConciergeCore
 import Foundation
+import GRDB
 import Testing
 
 /// Tags stored beside entries, invalidation through the tag index, soft purge in SQLite and
@@ -46,6 +47,29 @@ struct CacheTagTests {
         let orphans = try await fixture.database.pool.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM cache_tag") ?? -1 }
         #expect(orphans == 0)
         try await fixture.finish()
+    }
+
+    @Test("after a restart the loader knows which rows have tags: a file without any tag rows is read without probing for them")
+    func loaderReadsTags() async throws {
+        let dir = try TempDirectory()
+        defer { dir.remove() }
+        for withTags in [true, false] {
+            let path = dir.path("cache-\(withTags).sqlite")
+            let fixture = try StoreFixture(path: path)
+            fixture.store.store(withTags ? tagged("k1", ["items"]) : makeEntry(key: "k1"))
+            fixture.store.store(makeEntry(key: "k2"))
+            try await fixture.flush()
+            try await fixture.finish()
+            let reopened = try StoreFixture(path: path)
+            try await bounded("index loaded") { await reopened.store.indexLoaded() }
+            let rows = try await reopened.database.pool.read { db in
+                try Row.fetchAll(db, sql: "SELECT rowid, key FROM cache_entry").map { (rowid: $0[0] as Int64, key: $0[1] as String) }
+            }
+            let flags = Dictionary(uniqueKeysWithValues: rows.map { row in (row.key, reopened.store.writer.facts.withLock { $0.mayHaveTags(row.rowid) }) })
+            #expect(flags == ["k1": withTags, "k2": false])
+            #expect(try await reopened.store.invalidate(.tags(["items"])) == (withTags ? 1 : 0))
+            try await reopened.finish()
+        }
     }
 
     @Test("soft purge marks fresh entries stale (kept, counted once), for every kind of criteria")

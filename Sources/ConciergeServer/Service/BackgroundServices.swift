@@ -62,7 +62,10 @@ struct StorageRecoveryService: Service {
 
     func run() async throws {
         try? await cancelWhenGracefulShutdown {
-            // A large file is checked once the daemon serves (StorageDatabase.checkIntegrity).
+            // A large file is checked once the daemon serves (StorageDatabase.checkIntegrity), after
+            // the key index loaded: both read every page, and together they take twice as long
+            // on a small machine. Bounded: a loader stuck on a damaged page must not hold it off.
+            _ = try? await Deadline.run(.seconds(120)) { await daemon.cache.indexLoaded() }
             await daemon.cache.database.checkIntegrity(logger: daemon.logger)
             while !Task.isCancelled {
                 try await Task.sleep(for: .seconds(5))

@@ -20,10 +20,13 @@ extension CacheWriter {
         guard ledger.isLoading else { return }
         let began = ContinuousClock.now
         var failures = 0
+        // Without tag rows at start-up, the rows it reads have none: no probe of the tag table per row.
+        let anyTags = (try? database.pool.read { db in try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM cache_tag)") }) ?? true
+        let sql = anyTags == false ? Self.untaggedRowColumns : Self.rowColumns
         while !isStopping, let slice = ledger.update({ $0.nextLoadSlice(Self.loadSliceRows) }) {
             do {
                 // Between batches: no write is in flight, so the slice is as the index was told.
-                let (rows, rowFacts) = try database.pool.read { db in try Self.rows(db, after: slice.after, upTo: slice.upTo) }
+                let (rows, rowFacts) = try database.pool.read { db in try Self.rows(db, sql: sql, after: slice.after, upTo: slice.upTo) }
                 ledger.update { $0.loaded(rows, facts: rowFacts, through: slice.upTo) }
             } catch {
                 failures += 1
@@ -55,12 +58,12 @@ extension CacheWriter {
     }
 
     /// The rows with a rowid in `after + 1 ... upTo` (a range of the table's b-tree), and their facts.
-    static func rows(_ db: Database, after: Int64, upTo: Int64) throws -> ([KeyIndex.Row], [RowFacts.Row]) {
+    static func rows(_ db: Database, sql: String = rowColumns, after: Int64, upTo: Int64) throws -> ([KeyIndex.Row], [RowFacts.Row]) {
         var rows: [KeyIndex.Row] = []
         var rowFacts: [RowFacts.Row] = []
         rows.reserveCapacity(Int(min(upTo - after, loadSliceRows)))
         rowFacts.reserveCapacity(Int(min(upTo - after, loadSliceRows)))
-        try forEachRow(db, sql: "\(rowColumns) WHERE rowid > ? AND rowid <= ?",
+        try forEachRow(db, sql: "\(sql) WHERE rowid > ? AND rowid <= ?",
                        bounds: [after, upTo]) { row, time in
             rows.append(row)
             rowFacts.append(time)
@@ -73,6 +76,11 @@ extension CacheWriter {
     static let rowColumns = """
         SELECT rowid, key, size, usable_until, last_access, endpoint, version, user_id,
           EXISTS (SELECT 1 FROM cache_tag WHERE cache_tag.key = cache_entry.key) FROM cache_entry
+        """
+
+    /// ``rowColumns`` for a table whose keys have no tag rows.
+    static let untaggedRowColumns = """
+        SELECT rowid, key, size, usable_until, last_access, endpoint, version, user_id, 0 FROM cache_entry
         """
 
     static func forEachRow(_ db: Database, sql: String = rowColumns,
