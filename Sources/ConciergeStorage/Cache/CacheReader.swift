@@ -135,18 +135,19 @@ final class CacheReader: Sendable {
     }
 
     /// The rows carrying any of the tags, through the tag table's index (a cost per matching
-    /// entry, never a scan of every key).
+    /// entry, never a scan of every key) and the key column's (each key's rowid: no table page
+    /// is read; the writer reads each row again, sizes included).
     func rows(taggedWith tags: [String]) async throws -> CacheWriter.MatchedRows {
         guard !tags.isEmpty else { return CacheWriter.MatchedRows(rows: [], keys: []) }
         let marks = Array(repeating: "?", count: tags.count).joined(separator: ",")
         return try await database.pool.read { db in
             let rows = try Row.fetchCursor(db, sql: """
-                SELECT DISTINCT e.rowid, e.key, e.size FROM cache_tag t JOIN cache_entry e ON e.key = t.key WHERE t.tag IN (\(marks))
+                SELECT DISTINCT e.rowid, e.key FROM cache_tag t JOIN cache_entry e ON e.key = t.key WHERE t.tag IN (\(marks))
                 """, arguments: StatementArguments(tags))
             var matched = CacheWriter.MatchedRows(rows: [], keys: [])
             while let row = try rows.next() {
                 let key: String = row["key"]
-                matched.rows.append(KeyIndex.Row(rowid: row["rowid"], hash: KeyHash.of(key), size: row["size"]))
+                matched.rows.append(KeyIndex.Row(rowid: row["rowid"], hash: KeyHash.of(key), size: 0))
                 matched.keys.append(key)
             }
             return matched
@@ -157,15 +158,18 @@ final class CacheReader: Sendable {
     /// between slices (SQLite's WAL lets them run during one too).
     static let scanSliceRows = 2_000
 
-    /// The rows whose key the pattern matches, read in slices by rowid, off the writer; the
-    /// keys are matched on the reader's thread straight from SQLite's buffers. `budget` bounds
+    /// The rows whose key the pattern matches, read in slices in key order from the key
+    /// column's unique index (which holds each key and its rowid: no table page, no body, is
+    /// read), off the writer; the keys are matched on the reader's thread straight from
+    /// SQLite's buffers. The rows' sizes are left at 0: the writer reads each matched row again
+    /// anyway (``CacheWriter/deleteMatched(_:in:now:)``). `budget` bounds
     /// the time spent scanning (on the reader's thread), not the time a slice waits for a
     /// thread or a reader: a busy machine must not turn a small scan into a refusal.
     /// - Returns: the rows and the time the scan took.
     /// - Throws: ``KeyPatternError`` when a match exceeds a limit or the scan exceeds `budget`.
     func rows(matching pattern: KeyPattern, within budget: Duration) async throws -> (rows: CacheWriter.MatchedRows, spent: Duration) {
         var matched = CacheWriter.MatchedRows(rows: [], keys: [])
-        var after: Int64 = 0
+        var after = ""
         var scanned = 0
         var spent = Duration.zero
         while true {
@@ -182,38 +186,41 @@ final class CacheReader: Sendable {
             scanned += slice.scanned
             matched.rows += slice.matched.rows
             matched.keys += slice.matched.keys
-            guard let last = slice.lastRowid else { return (matched, spent) }
+            guard let last = slice.lastKey else { return (matched, spent) }
             after = last
         }
     }
 
-    private static func matchSlice(_ db: Database, _ pattern: KeyPattern, after: Int64, bound: ScanBound) throws
-        -> (matched: CacheWriter.MatchedRows, lastRowid: Int64?, scanned: Int) {
-        let statement = try db.cachedStatement(sql: "SELECT rowid, key, size FROM cache_entry WHERE rowid > ? ORDER BY rowid LIMIT ?")
+    private static func matchSlice(_ db: Database, _ pattern: KeyPattern, after: String, bound: ScanBound) throws
+        -> (matched: CacheWriter.MatchedRows, lastKey: String?, scanned: Int) {
+        let statement = try db.cachedStatement(sql: "SELECT rowid, key FROM cache_entry WHERE key > ? ORDER BY key LIMIT ?")
         let raw = statement.sqliteStatement
         sqlite3_reset(raw)
         defer { sqlite3_reset(raw) }
-        sqlite3_bind_int64(raw, 1, after)
+        let transient = unsafeBitCast(OpaquePointer(bitPattern: -1), to: sqlite3_destructor_type.self)  // SQLITE_TRANSIENT: SQLite copies the bytes
+        sqlite3_bind_text(raw, 1, after, -1, transient)
         sqlite3_bind_int64(raw, 2, Int64(scanSliceRows))
         let matcher = pattern.matcher()
         var matched = CacheWriter.MatchedRows(rows: [], keys: [])
-        var last: Int64?
+        // The cursor: a copy of the last key read (SQLite's buffer goes with the next step).
+        var last: [UInt8] = []
         var scanned = 0
         while true {
             let rc = sqlite3_step(raw)
             if rc == SQLITE_DONE { break }
             guard rc == SQLITE_ROW else { throw DatabaseError(resultCode: ResultCode(rawValue: rc), message: "pattern scan failed") }
             let rowid = sqlite3_column_int64(raw, 0)
-            last = rowid
             scanned += 1
             try bound.check(scanned: scanned)
             guard let text = sqlite3_column_text(raw, 1) else { continue }
             let key = UnsafeRawBufferPointer(start: text, count: Int(sqlite3_column_bytes(raw, 1)))
+            last.removeAll(keepingCapacity: true)
+            last.append(contentsOf: key)
             guard try matcher.matches(key) else { continue }
-            matched.rows.append(KeyIndex.Row(rowid: rowid, hash: KeyHash.of(key), size: Int(sqlite3_column_int64(raw, 2))))
+            matched.rows.append(KeyIndex.Row(rowid: rowid, hash: KeyHash.of(key), size: 0))
             matched.keys.append(String(decoding: key, as: UTF8.self))
         }
-        return (matched, last, scanned)
+        return (matched, scanned == 0 ? nil : String(decoding: last, as: UTF8.self), scanned)
     }
 }
 

@@ -34,16 +34,16 @@ extension CacheReader {
         guard !urlKeys.isEmpty else { return CacheWriter.MatchedRows(rows: [], keys: []) }
         return try await database.pool.read { db in
             let statement = try db.cachedStatement(sql: """
-                SELECT rowid, key, size FROM cache_entry WHERE key = ?
+                SELECT rowid, key FROM cache_entry WHERE key = ?
                 UNION ALL
-                SELECT rowid, key, size FROM cache_entry WHERE key >= ? AND key < ?
+                SELECT rowid, key FROM cache_entry WHERE key >= ? AND key < ?
                 """)
             var matched = CacheWriter.MatchedRows(rows: [], keys: [])
             for urlKey in urlKeys {
                 let rows = try Row.fetchCursor(statement, arguments: [urlKey, urlKey + " ", urlKey + "!"])
                 while let row = try rows.next() {
                     let key: String = row["key"]
-                    matched.rows.append(KeyIndex.Row(rowid: row["rowid"], hash: KeyHash.of(key), size: row["size"]))
+                    matched.rows.append(KeyIndex.Row(rowid: row["rowid"], hash: KeyHash.of(key), size: 0))
                     matched.keys.append(key)
                 }
             }

@@ -35,6 +35,8 @@ extension CacheWriter {
     /// keys, and those only the hot tier holds), with the entries `criteria` select there
     /// (``InvalidationCriteria/selectsByEntry``); the criteria's JSON goes in a journal record.
     struct MatchedRows: Sendable {
+        /// Each row's rowid and key hash; its size is 0 (a scan reads keys from the key
+        /// column's index only): ``deleteMatched(_:in:now:)`` reads the row again.
         var rows: [KeyIndex.Row]
         var keys: [String]
         var criteria: InvalidationCriteria? = nil
