@@ -48,6 +48,26 @@ struct SecretIndexTests {
         }
     }
 
+    @Test("an index grown a few secrets at a time (from under the direct limit) masks what one built at once masks")
+    func grownSameAsBuilt() {
+        var random = Seeded(state: 48)
+        let secrets = (0..<600).map { _ in "tk" + Self.token(&random, length: Int.random(in: 8...40, using: &random)).dropFirst(2).replacingOccurrences(of: "tk", with: "xx") }
+        var grown = SecretIndex(Array(secrets.prefix(3)))
+        var at = 3
+        while at < secrets.count {
+            let next = min(secrets.count, at + Int.random(in: 1...40, using: &random))
+            // A secret added twice, and a short value, change nothing.
+            grown.add(Array(secrets[at..<next]) + [secrets[at], "abc"])
+            at = next
+            let built = SecretIndex(Array(secrets[..<at]))
+            #expect(grown.count == at)
+            for _ in 0..<5 {
+                let line = "INFO user=" + secrets[Int.random(in: 0..<at, using: &random)] + " other=" + secrets.randomElement(using: &random)! + " x"
+                #expect(grown.scrub(line) == built.scrub(line), "\(at) secrets: \(line)")
+            }
+        }
+    }
+
     @Test("the longest secret at a position wins; a line with none comes back as it was; short values are never secrets")
     func longestAndUntouched() {
         let secrets = (0..<12).map { "secret-\($0)-value" } + ["secret-1-value-longer", "abc"]

@@ -6,40 +6,62 @@
 /// their first four bytes; the longest secret found at a position is masked and reading goes
 /// on after it.
 ///
-/// Built once for a set of secrets (the scrubber keeps it until the secrets change). With
-/// few secrets (``directLimit``) it scrubs as ``SecretRedactor/scrub(_:literals:)`` does.
+/// Built for a set of secrets, and grown as new ones appear (``add(_:)``: the scrubber adds a
+/// token as it is issued, without reading every session's again). With few secrets
+/// (``directLimit``) it scrubs as ``SecretRedactor/scrub(_:literals:)`` does.
 public struct SecretIndex: Sendable {
     /// Up to this many secrets a line is searched for each in turn (a few tokens: the usual daemon).
     public static let directLimit = 8
 
-    private let literals: [String]
+    private var literals: [String]
     /// The secrets as bytes, by their first four bytes, longest first.
-    private let byPrefix: [UInt32: [[UInt8]]]
+    private var byPrefix: [UInt32: [[UInt8]]] = [:]
     /// Bit `p` set when a secret starts with the two bytes whose value is `p`.
-    private let twoBytePrefixes: [UInt64]
+    private var twoBytePrefixes: [UInt64] = []
 
     /// - Parameter literals: secrets of fewer than 4 bytes are left out (they would mask
     ///   ordinary words).
     public init(_ literals: [String]) {
-        let kept = Array(Set(literals.filter { $0.utf8.count >= 4 }))
-        self.literals = kept
-        guard kept.count > Self.directLimit else {
-            (byPrefix, twoBytePrefixes) = ([:], [])
-            return
-        }
-        var byPrefix: [UInt32: [[UInt8]]] = [:]
-        var bits = [UInt64](repeating: 0, count: 1024)
-        for literal in kept {
-            let bytes = Array(literal.utf8)
-            byPrefix[bytes.withUnsafeBufferPointer { Self.prefix4($0, 0) }, default: []].append(bytes)
-            let two = Int(bytes[0]) << 8 | Int(bytes[1])
-            bits[two >> 6] |= 1 << UInt64(two & 63)
-        }
-        for key in byPrefix.keys { byPrefix[key]!.sort { $0.count > $1.count } }
-        (self.byPrefix, twoBytePrefixes) = (byPrefix, bits)
+        self.literals = Array(Set(literals.filter { $0.utf8.count >= 4 }))
+        if self.literals.count > Self.directLimit { index(self.literals) }
     }
 
     public var isEmpty: Bool { literals.isEmpty }
+    /// The secrets held.
+    public var count: Int { literals.count }
+
+    /// Adds secrets (those held already, and those under 4 bytes, are left out): the cost is
+    /// the new secrets', not the index's.
+    public mutating func add(_ new: [String]) {
+        let wasDirect = literals.count <= Self.directLimit
+        var added: [String] = []
+        for literal in new where literal.utf8.count >= 4 && !contains(literal) && !added.contains(literal) { added.append(literal) }
+        guard !added.isEmpty else { return }
+        literals += added
+        guard literals.count > Self.directLimit else { return }
+        index(wasDirect ? literals : added)
+    }
+
+    private func contains(_ literal: String) -> Bool {
+        guard literals.count > Self.directLimit else { return literals.contains(literal) }
+        let bytes = Array(literal.utf8)
+        return byPrefix[bytes.withUnsafeBufferPointer { Self.prefix4($0, 0) }]?.contains(bytes) ?? false
+    }
+
+    /// Puts `literals` (4 bytes or more, not held yet) in the prefix tables.
+    private mutating func index(_ literals: [String]) {
+        if twoBytePrefixes.isEmpty { twoBytePrefixes = [UInt64](repeating: 0, count: 1024) }
+        var touched = Set<UInt32>()
+        for literal in literals {
+            let bytes = Array(literal.utf8)
+            let prefix = bytes.withUnsafeBufferPointer { Self.prefix4($0, 0) }
+            byPrefix[prefix, default: []].append(bytes)
+            touched.insert(prefix)
+            let two = Int(bytes[0]) << 8 | Int(bytes[1])
+            twoBytePrefixes[two >> 6] |= 1 << UInt64(two & 63)
+        }
+        for key in touched { byPrefix[key]!.sort { $0.count > $1.count } }
+    }
 
     /// `text` with every secret replaced by ``SecretRedactor/mask``.
     public func scrub(_ text: String) -> String {

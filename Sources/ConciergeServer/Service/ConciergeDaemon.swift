@@ -99,7 +99,7 @@ public final class ConciergeDaemon: Sendable {
         let runtime = self.runtime
         let sessions = self.sessions
         scrubber.addSource { runtime.current.settings.secretValues }
-        scrubber.addSource(version: { SessionState.secretChanges.load(ordering: .acquiring) }) { sessions.secretsForLogs }
+        scrubber.addSource(feed: SessionState.secretFeed) { sessions.secretsForLogs }
         if let password = config.fleet?.postgres.password, !password.isEmpty { scrubber.addSource { [password] } }
     }
 

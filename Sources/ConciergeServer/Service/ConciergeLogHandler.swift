@@ -40,20 +40,24 @@ public final class LogSink: Sendable {
 
 /// The literal secrets no log line may contain: the tokens in use and the values of
 /// `${VAR}` expansions. Sources are added once (by the daemon); their secrets are indexed
-/// (``SecretIndex``) and the index kept while they stay the same: a source with a `version`
-/// (the sessions', which hold thousands of tokens with `per_client`) is read again only when
-/// its version moves, the others (a few values) at every line.
+/// (``SecretIndex``). A source with a ``SecretFeed`` (the sessions', which hold thousands of
+/// tokens with `per_client`) is read whole once; after that the secrets its feed announces are
+/// added to the index as they come, and it is read whole again only when the feed dropped some
+/// before they were read, or the index has grown to twice what the last whole reading held
+/// (so replaced tokens leave it). The other sources (a few values) are read at every line.
 public final class SecretScrubber: Sendable {
     private struct Source: Sendable {
-        let version: (@Sendable () -> Int)?
+        let feed: SecretFeed?
         let literals: @Sendable () -> [String]
     }
 
     private struct Built: Sendable {
-        var versions: [Int]
-        var versioned: [[String]]
+        /// How far each feed was read, in the order of the sources that have one.
+        var feedEnds: [Int]
         var unversioned: [String]
         var index: SecretIndex
+        /// Secrets in the index when it was last built from every source.
+        var wholeCount: Int
     }
 
     private let sources = Mutex<[Source]>([])
@@ -61,9 +65,9 @@ public final class SecretScrubber: Sendable {
 
     public init() {}
 
-    /// `version`: a number that moves whenever `literals` would give something else.
-    public func addSource(version: (@Sendable () -> Int)? = nil, _ literals: @escaping @Sendable () -> [String]) {
-        sources.withLock { $0.append(Source(version: version, literals: literals)) }
+    /// `feed`: announces every secret that `literals` would give from then on.
+    public func addSource(feed: SecretFeed? = nil, _ literals: @escaping @Sendable () -> [String]) {
+        sources.withLock { $0.append(Source(feed: feed, literals: literals)) }
         built.withLock { $0 = nil }
     }
 
@@ -73,16 +77,37 @@ public final class SecretScrubber: Sendable {
 
     private func index() -> SecretIndex {
         let sources = sources.withLock { $0 }
-        let versions = sources.compactMap { $0.version?() }
-        let unversioned = sources.filter { $0.version == nil }.flatMap { $0.literals() }
+        let feeds = sources.compactMap(\.feed)
+        let ends = feeds.map(\.end)
+        let unversioned = sources.filter { $0.feed == nil }.flatMap { $0.literals() }
         let previous = built.withLock { $0 }
-        if let previous, previous.versions == versions, previous.unversioned == unversioned { return previous.index }
-        let versioned = previous.flatMap { $0.versions == versions ? $0.versioned : nil }
-            ?? sources.filter { $0.version != nil }.map { $0.literals() }
-        let next = Built(versions: versions, versioned: versioned, unversioned: unversioned,
-                         index: SecretIndex(versioned.flatMap { $0 } + unversioned))
+        if let previous, previous.unversioned == unversioned {
+            if previous.feedEnds == ends { return previous.index }
+            if let next = Self.grown(previous, feeds) {
+                built.withLock { $0 = next }
+                return next.index
+            }
+        }
+        // Whole: the feeds' ends are read first, so a secret appended meanwhile is read again next time.
+        let all = sources.filter { $0.feed != nil }.flatMap { $0.literals() } + unversioned
+        let index = SecretIndex(all)
+        let next = Built(feedEnds: ends, unversioned: unversioned, index: index, wholeCount: index.count)
         built.withLock { $0 = next }
-        return next.index
+        return index
+    }
+
+    /// `built` with what the feeds announced since; `nil` when it must be built whole.
+    private static func grown(_ built: Built, _ feeds: [SecretFeed]) -> Built? {
+        var next = built
+        var fresh: [String] = []
+        for (n, feed) in feeds.enumerated() {
+            guard let (secrets, end) = feed.since(built.feedEnds[n]) else { return nil }
+            fresh += secrets
+            next.feedEnds[n] = end
+        }
+        guard built.index.count + fresh.count <= max(2 * built.wholeCount, 4096) else { return nil }
+        next.index.add(fresh)
+        return next
     }
 }
 

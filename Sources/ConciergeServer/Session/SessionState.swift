@@ -18,14 +18,14 @@ import Synchronization
 /// It also holds the pacing of the session's token requests (``TokenRequestPacing``), in
 /// memory only: the refresher and the fleet's renewal read and update it.
 public final class SessionState: Sendable {
-    /// Moves whenever any session's or instance's tokens change, or one is loaded: the log
-    /// scrubber reads every session's secrets again only then (``SecretScrubber``).
-    static let secretChanges = Atomic<Int>(0)
+    /// Every session's and instance's tokens as they are set or loaded: the log scrubber adds
+    /// them to what it masks (``SecretScrubber``).
+    static let secretFeed = SecretFeed()
 
     private struct State {
         var tokens: SessionTokens? {
             didSet {
-                SessionState.secretChanges.add(1, ordering: .releasing)
+                SessionState.secretFeed.append(tokens?.secrets ?? [])
                 // Tokens just replaced stay masked in log lines for a while.
                 for old in [oldValue?.accessToken, oldValue?.refreshToken].compactMap({ $0 })
                 where old != tokens?.accessToken && old != tokens?.refreshToken {
@@ -51,8 +51,9 @@ public final class SessionState: Sendable {
         self.store = store
         self.logger = logger
         self.health = store.database.health
-        state = Mutex(State(tokens: try store.load()))
-        Self.secretChanges.add(1, ordering: .releasing)
+        let tokens = try store.load()
+        state = Mutex(State(tokens: tokens))
+        Self.secretFeed.append(tokens?.secrets ?? [])
     }
 
     /// The live session over `store`, holding `tokens` already read from it
@@ -62,7 +63,7 @@ public final class SessionState: Sendable {
         self.logger = logger
         self.health = store.database.health
         state = Mutex(State(tokens: tokens))
-        Self.secretChanges.add(1, ordering: .releasing)
+        Self.secretFeed.append(tokens?.secrets ?? [])
     }
 
     public var current: SessionTokens? { state.withLock { $0.tokens } }
@@ -197,4 +198,9 @@ final class AsyncSerialLock: Sendable {
         }
         next?.resume()
     }
+}
+
+extension SessionTokens {
+    /// The access and refresh tokens: literal secrets for the log scrubber.
+    var secrets: [String] { [accessToken] + (refreshToken.map { [$0] } ?? []) }
 }
