@@ -1,4 +1,5 @@
 import ConciergeCore
+import Logging
 import NIOCore
 import NIOHTTP1
 
@@ -13,8 +14,9 @@ import NIOHTTP1
 /// calls ``answerRepeatedHit(_:context:)``), and so is the usual miss (by callbacks:
 /// ``ProxyResponder/missOnLoop(_:on:answer:)``); any other plan becomes work on the
 /// connection's ``ConnectionLane`` (a child task of ``ProxyListener/run()`` on this loop) that
-/// writes its whole reply back through the channel. Every reply written on the loop goes
-/// through the connection's ``ReplyWriter``. A streamed body that breaks
+/// writes its whole reply back through the channel. Every reply goes out through
+/// ``ReplyWriter``: on the loop through the connection's instance, from request work through
+/// its awaited writes. A streamed body that breaks
 /// aborts the upstream request (its stream throws) and is answered 400/408.
 ///
 /// Pipelining is the machine's (NIO's pipelining handler is not installed, so a hit can be
@@ -35,6 +37,8 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     private let responder: any ProxyResponder
     private let requests: RequestWorkQueue
+    /// Where a connection's impossible events and unwritable replies are reported.
+    private let logger: Logger
     /// The connection's event loop as the executor its request work prefers.
     private var executor: EventLoopTaskExecutor?
     /// Where the connection's request work runs, opened with its first asynchronous request.
@@ -59,8 +63,9 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// The body of the running request while it streams in.
     private var streamedBody: (continuation: AsyncThrowingStream<ByteBuffer, any Error>.Continuation, outcome: ClientBodyOutcome)?
 
-    init(responder: any ProxyResponder, requests: RequestWorkQueue, identity: ConnectionIdentity = .anonymous) {
-        (self.responder, self.requests, self.identity) = (responder, requests, identity)
+    init(responder: any ProxyResponder, requests: RequestWorkQueue, identity: ConnectionIdentity = .anonymous,
+         logger: Logger = ProxyHTTPHandler.quietLogger) {
+        (self.responder, self.requests, self.identity, self.logger) = (responder, requests, identity, logger)
         machine = ProxyConnectionStateMachine(limits: .init(responder.currentConfig.settings.limits))
     }
 
@@ -208,9 +213,16 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             writer.writeHeaderTimeout()
         case .close:
             context.close(promise: nil)
+        case .impossible(let what):
+            // The machine is closed already: a debug build stops here, a release build reports it.
+            logger.error("proxy connection: impossible event, closing", metadata: ["event": "\(what)"])
+            assertionFailure("ProxyConnectionStateMachine: \(what)")
+            context.close(promise: nil)
         }
     }
 
+    /// For handlers made without a logger (tests): reports nothing.
+    static let quietLogger = Logger(label: "concierge.proxy") { _ in SwiftLogNoOpLogHandler() }
     /// The fast path on the event loop, else the request's work to the listener's task group.
     private func dispatch(_ request: ProxyConnectionStateMachine.Request, body: ProxyConnectionStateMachine.DispatchedBody,
                           context: ChannelHandlerContext) {
@@ -400,7 +412,7 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
                     handler.replySynchronously(answer, to: request, incoming, keepAlive: keepAlive, context: context)
                     return
                 }
-                let written = await ResponseWriter.write(answer.reply, version: version, keepAlive: keepAlive, isHead: isHead, to: channel)
+                let written = await ReplyWriter.write(answer.reply, version: version, keepAlive: keepAlive, isHead: isHead, to: channel)
                 responder.log(incoming, answer, started: started)
                 let reusable = keepAlive && written
                 let finish: @Sendable () -> Void = {
@@ -422,14 +434,17 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// Writes a buffered reply synchronously (fast hits, local answers, and the buffered replies
     /// of request work running on this loop) through the connection's ``ReplyWriter``. A reply
-    /// whose body is not buffered cannot be written here: the connection closes (never
-    /// expected: each caller hands buffered replies only).
+    /// it cannot write here (a body that is not buffered: ``ReplyWriter/Unwritable``; no
+    /// response encoder in the pipeline) is reported and the connection closes: never expected,
+    /// as each caller hands buffered replies only.
     private func write(_ reply: ProxyReply, version: HTTPVersion, isHead: Bool, keepAlive: Bool, context: ChannelHandlerContext) {
-        guard case .buffer(let body) = reply.body, let writer else {
-            assertionFailure("a reply written on the loop must be buffered, and the response encoder present")
+        do {
+            guard let writer else { throw ReplyWriter.Unwritable() }
+            try writer.write(reply, version: version, isHead: isHead, keepAlive: keepAlive)
+        } catch {
+            logger.error("proxy connection: a reply that cannot be written on the event loop, closing",
+                         metadata: ["status": "\(reply.status)", "encoder": "\(writer != nil)"])
             context.close(promise: nil)
-            return
         }
-        writer.write(reply, body: body, version: version, isHead: isHead, keepAlive: keepAlive)
     }
 }

@@ -123,7 +123,7 @@ struct ProxyListener: Service {
     }
 
     private func makeBootstrap(_ listener: ConciergeConfig.ProxyListener, requests: RequestWorkQueue) -> ServerBootstrap {
-        let (context, connections) = (self.context, self.connections)
+        let (context, connections, logger) = (self.context, self.connections, self.logger)
         let acceptFailures = AcceptFailureLog(logger: logger)
         let isUnix = if case .unix = listener.address { true } else { false }
         let session = listener.session
@@ -146,13 +146,13 @@ struct ProxyListener: Service {
                 guard isUnix else {
                     return channel.eventLoop.makeCompletedFuture {
                         try Self.configureConnection(channel.pipeline.syncOperations, responder: context, requests: requests,
-                                                     identity: ConnectionIdentity(listenerSession: session))
+                                                     identity: ConnectionIdentity(listenerSession: session), logger: logger)
                     }
                 }
                 // Once, at accept, on the connection's loop (the future is already complete).
                 return PeerCredentialReader.read(channel).flatMapThrowing { peer in
                     try Self.configureConnection(channel.pipeline.syncOperations, responder: context, requests: requests,
-                                                 identity: ConnectionIdentity(peer: peer, listenerSession: session))
+                                                 identity: ConnectionIdentity(peer: peer, listenerSession: session), logger: logger)
                 }
             }
         if !isUnix {
@@ -174,8 +174,9 @@ struct ProxyListener: Service {
     /// Concierge's writers. Reply headers come from a parsed upstream reply or from Concierge
     /// itself: no re-validation.
     static func configureConnection(_ pipeline: ChannelPipeline.SynchronousOperations, responder: any ProxyResponder,
-                                    requests: RequestWorkQueue, identity: ConnectionIdentity = .anonymous) throws {
-        let proxy = ProxyHTTPHandler(responder: responder, requests: requests, identity: identity)
+                                    requests: RequestWorkQueue, identity: ConnectionIdentity = .anonymous,
+                                    logger: Logger = ProxyHTTPHandler.quietLogger) throws {
+        let proxy = ProxyHTTPHandler(responder: responder, requests: requests, identity: identity, logger: logger)
         try pipeline.addHandler(HTTPResponseEncoder())
         try pipeline.addHandler(RepeatedHitHandler(proxy: proxy))
         try pipeline.addHandler(ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes)))
