@@ -66,7 +66,7 @@ final class MissPathRig: Sendable {
         let config = try ConfigLoader.parse(yaml: Self.yaml + "\nstorage:\n  path: \(directory.path)/c.sqlite\n")
         let database = try StorageDatabase(path: "\(directory.path)/c.sqlite", logger: logger)
         cache = try CacheStore(database: database, maxBytes: 64 << 20, memoryBytes: 8 << 20, logger: logger,
-                               encodeHead: CachedReply.encodeHead, clock: clock)
+                               keepsAttachments: true, clock: clock)
         session = try SessionState(store: SessionStore(database: database), logger: logger)
         transport = LoopScriptedTransport(MissPathScript.reply)
         var lifecycle = SessionLifecycle(session: session, cache: cache, stats: ProxyStats(), events: EventBus(), logger: logger)

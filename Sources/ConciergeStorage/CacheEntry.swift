@@ -21,7 +21,7 @@ public struct CacheEntry: Sendable {
         var staleWhileRevalidate: Double
         var staleIfError: Double
         var version: Int
-        var encodedHead: EncodedHead? = nil
+        var attachment: Attachment? = nil
         var tags: [String] = []
     }
 
@@ -87,11 +87,11 @@ public struct CacheEntry: Sendable {
         _read { yield storage.fields.version }
         _modify { unique(); yield &storage.fields.version }
     }
-    /// The reply's head as ready bytes, made by the entry's first lookup in the hot tier (see
-    /// ``CacheStore/init(database:maxBytes:memoryBytes:logger:encodeHead:)``): a hit writes it as is.
-    public var encodedHead: EncodedHead? {
-        _read { yield storage.fields.encodedHead }
-        _modify { unique(); yield &storage.fields.encodedHead }
+    /// What the cache's user derived from the entry and keeps with it in the hot tier
+    /// (``HotTier/attach(_:to:)``, when the store ``CacheStore/keepsAttachments``); `nil` until then.
+    public var attachment: Attachment? {
+        _read { yield storage.fields.attachment }
+        _modify { unique(); yield &storage.fields.attachment }
     }
     /// The entry's tags (`cache.tags`), stored beside it in `cache_tag`. Empty for an entry read
     /// back from SQLite: tags are only ever looked up there.
@@ -136,13 +136,17 @@ public struct CacheEntry: Sendable {
     public func remainingTTL(at now: Double) -> Int { Int((freshUntil - now).rounded(.down)) }
 }
 
-/// A stored reply's status line and headers encoded once, without what varies per hit (the
-/// `Cache-Status` freshness and `Age`, appended by the hit), and the upstream's own `Age`.
-public struct EncodedHead: Sendable {
-    public var bytes: ByteBuffer
-    public var upstreamAge: Int
+extension CacheEntry {
+    /// Bytes the cache's user made from an entry, and a number of its own, kept with the entry
+    /// in the hot tier so the user need not make them again (the proxy keeps a hit's encoded
+    /// head there). The cache neither makes nor reads them: it counts their footprint against
+    /// `storage.memory_bytes` and lets them go with the entry.
+    public struct Attachment: Sendable {
+        public var bytes: ByteBuffer
+        public var value: Int
 
-    public init(bytes: ByteBuffer, upstreamAge: Int) {
-        (self.bytes, self.upstreamAge) = (bytes, upstreamAge)
+        public init(bytes: ByteBuffer, value: Int) {
+            (self.bytes, self.value) = (bytes, value)
+        }
     }
 }

@@ -38,20 +38,25 @@ public final class CacheStore: Sendable {
     /// and the writer deletes them in slices.
     static var inlineDeleteLimit: Int { CacheWriter.inlineDeleteLimit }
 
-    /// `encodeHead` encodes an entry's head at its first lookup in the hot tier (`nil`: hits build
-    /// their head); `clock` is the time entries are stored and judged by.
+    /// Whether the store's user keeps attachments with its hot entries (``attach(_:to:)``): the
+    /// daemon does (a hit's encoded head); a store without them answers hits without.
+    public let keepsAttachments: Bool
+
+    /// `keepsAttachments`: the user attaches bytes to hot entries (and the tier counts what each
+    /// entry's allocations take too); `clock` is the time entries are stored and judged by.
     public convenience init(database: StorageDatabase, maxBytes: Int, memoryBytes: Int, logger: Logger,
-                            encodeHead: (@Sendable (CacheEntry) -> EncodedHead?)? = nil, clock: WallClock = .system) throws {
-        try self.init(database: database, maxBytes: maxBytes, memoryBytes: memoryBytes, logger: logger, encodeHead: encodeHead,
+                            keepsAttachments: Bool = false, clock: WallClock = .system) throws {
+        try self.init(database: database, maxBytes: maxBytes, memoryBytes: memoryBytes, logger: logger, keepsAttachments: keepsAttachments,
                       clock: clock, groupCommitDelay: CacheWriter.defaultGroupCommitDelay)
     }
 
     /// - Parameter groupCommitDelay: how long a few queued puts wait for more (tests make it long).
     init(database: StorageDatabase, maxBytes: Int, memoryBytes: Int, logger: Logger,
-         encodeHead: (@Sendable (CacheEntry) -> EncodedHead?)?, clock: WallClock, groupCommitDelay: Duration) throws {
+         keepsAttachments: Bool, clock: WallClock, groupCommitDelay: Duration) throws {
         self.database = database
-        // The daemon's tier (it encodes heads) counts what each entry's allocations take too.
-        hot = HotTier(capacityBytes: memoryBytes, entryOverhead: encodeHead == nil ? 0 : HotTier.allocationOverhead)
+        self.keepsAttachments = keepsAttachments
+        // The daemon's tier (it keeps attachments) counts what each entry's allocations take too.
+        hot = HotTier(capacityBytes: memoryBytes, entryOverhead: keepsAttachments ? HotTier.allocationOverhead : 0)
         // The rows are read by the writer as it starts, between its batches (``KeyIndex``):
         // start-up takes the same time with a million entries as with none.
         // Invalidations a stop cut short are read too: their rows are doomed before anything is
@@ -61,7 +66,7 @@ public final class CacheStore: Sendable {
         }
         let ledger = SharedLedger(RowLedger(index: KeyIndex(loadingUpTo: ceiling)))
         reader = CacheReader(database: database, hot: hot, ledger: ledger, accesses: AccessLog(), clock: clock,
-                             logger: logger, encodeHead: encodeHead)
+                             logger: logger)
         writer = CacheWriter(reader: reader, maxBytes: maxBytes, groupCommitDelay: groupCommitDelay)
         writer.replayJournal(unfinished, ceiling: ceiling)
     }
@@ -75,6 +80,13 @@ public final class CacheStore: Sendable {
 
     public func hotLookup(_ key: String) -> CacheEntry? {
         reader.hotLookup(HashedKey(key), now: reader.clock.now)
+    }
+
+    /// Keeps `attachment` with `entry` in the hot tier, if the tier still holds that entry
+    /// (``HotTier/attach(_:to:)``); nothing when the store does not ``keepsAttachments``.
+    public func attach(_ attachment: CacheEntry.Attachment, to entry: CacheEntry) {
+        guard keepsAttachments else { return }
+        hot.attach(attachment, to: entry)
     }
 
     /// Whether SQLite may hold a live row for `key` (the key index does not rule it out; while

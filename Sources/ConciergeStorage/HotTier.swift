@@ -100,16 +100,16 @@ public final class HotTier: Sendable {
         }
     }
 
-    /// Heap an entry takes beyond ``CacheEntry/size`` and its encoded head: the allocations
+    /// Heap an entry takes beyond ``CacheEntry/size`` and its attachment: the allocations
     /// behind its key, headers, body and node (measured: RSS grew about 1.3 KB per entry the
     /// tier held, against 300 bytes of ``CacheEntry/size`` and a 256-byte head).
     public static let allocationOverhead = 768
 
     /// What an entry costs this tier: its ``CacheEntry/size``, the tier's ``entryOverhead``,
-    /// and its encoded head once it has one, so that `storage.memory_bytes` bounds memory
-    /// rather than payload (an entry is stored without a head: its first lookup adds it).
+    /// and its attachment once it has one, so that `storage.memory_bytes` bounds memory
+    /// rather than payload (an entry is stored without one: its user attaches it later).
     func footprint(_ entry: CacheEntry) -> Int {
-        entry.size + entryOverhead + (entry.encodedHead?.bytes.storageCapacity ?? 0)
+        entry.size + entryOverhead + (entry.attachment?.bytes.storageCapacity ?? 0)
     }
 
     public func put(_ entry: CacheEntry) {
@@ -142,14 +142,14 @@ public final class HotTier: Sendable {
         withExtendedLifetime(left) {}
     }
 
-    /// Gives `entry`, if the tier still holds it (not a newer one under its key), the head
-    /// its first lookup encoded: the tier's bytes grow by the head's footprint, and the least
-    /// recently used entries leave to make room.
-    public func attach(_ head: EncodedHead, to entry: CacheEntry) {
+    /// Gives `entry`, if the tier still holds it (not a newer one under its key) and it has
+    /// none yet, the attachment its user made from it: the tier's bytes grow by the
+    /// attachment's footprint, and the least recently used entries leave to make room.
+    public func attach(_ attachment: CacheEntry.Attachment, to entry: CacheEntry) {
         let left = state.withLock { s -> [CacheEntry] in
-            guard let i = s.index[HashedKey(entry.key)], s.nodes[i]!.entry.encodedHead == nil,
+            guard let i = s.index[HashedKey(entry.key)], s.nodes[i]!.entry.attachment == nil,
                   s.nodes[i]!.entry.storedAt == entry.storedAt, s.nodes[i]!.entry.version == entry.version else { return [] }
-            s.nodes[i]!.entry.encodedHead = head
+            s.nodes[i]!.entry.attachment = attachment
             let size = footprint(s.nodes[i]!.entry)
             s.bytes += size - s.nodes[i]!.size
             s.nodes[i]!.size = size

@@ -107,7 +107,7 @@ struct StageFixture {
         let config = try ConfigLoader.parse(yaml: yaml + "\nstorage:\n  path: \(directory.path)/c.sqlite\n")
         let database = try StorageDatabase(path: "\(directory.path)/c.sqlite", logger: logger)
         cache = try CacheStore(database: database, maxBytes: 64 << 20, memoryBytes: 8 << 20, logger: logger,
-                               encodeHead: encodedHits ? CachedReply.encodeHead : nil)
+                               keepsAttachments: encodedHits)
         let cache = self.cache
         writer = Task { await cache.run() }
         session = try SessionState(store: SessionStore(database: database), logger: logger)

@@ -203,6 +203,61 @@ struct ProxyConnectionStateMachineTests {
     }
 }
 
+/// Events no sequence of NIO's events brings in the state they come in: explicit, never dropped
+/// silently (the handler reports them and closes the connection).
+@Suite("Proxy connection state machine: impossible events")
+struct ProxyConnectionStateMachineImpossibleTests {
+    typealias Machine = ProxyConnectionStateMachine
+    typealias T = ProxyConnectionStateMachineTests
+
+    static func isImpossible(_ action: Machine.Action) -> Bool {
+        if case .impossible = action { return true }
+        return false
+    }
+
+    static func isClosed(_ machine: Machine) -> Bool {
+        if case .closed = machine.state { return true }
+        return false
+    }
+
+    @Test("a head inside a request (buffering or streaming its body) is impossible, and the machine closes")
+    func headInsideRequest() {
+        var buffering = T.active()
+        #expect(T.receive(T.head(.POST, "/api/echo", [("Content-Length", "10")]), on: &buffering).isNone)
+        #expect(Self.isImpossible(T.receive(T.head(), on: &buffering)))
+        #expect(Self.isClosed(buffering))
+        var streaming = T.active()
+        _ = T.receive(T.head(.POST, "/api/upload", [("Content-Length", "10")]), streams: true, on: &streaming)
+        #expect(Self.isImpossible(streaming.headRefused(T.head(), reply: .error(400, "no"))))
+        #expect(Self.isClosed(streaming))
+    }
+
+    @Test("a body part or an end with no request being read is impossible, and the machine closes")
+    func partWithoutRequest() throws {
+        var idle = T.active()
+        #expect(Self.isImpossible(idle.bodyReceived(ByteBuffer(string: "x"), now: T.start)))
+        #expect(Self.isClosed(idle))
+        var idleEnd = T.active()
+        #expect(Self.isImpossible(idleEnd.endReceived(now: T.start)))
+        var responding = T.active()
+        _ = T.receive(T.head(), on: &responding)
+        _ = try #require(T.dispatched(responding.endReceived(now: T.start)))
+        #expect(Self.isImpossible(responding.bodyReceived(ByteBuffer(string: "x"), now: T.start)))
+        #expect(Self.isClosed(responding))
+        var opening = Machine(limits: T.limits)
+        #expect(Self.isImpossible(opening.endReceived(now: T.start)))
+    }
+
+    @Test("a head after an error reply, or once closed, is dropped (no action), as before")
+    func headAfterErrorDropped() {
+        var machine = T.active()
+        _ = machine.headRefused(T.head(.CONNECT, "example.com:443"), reply: .error(405, "no"))
+        #expect(T.receive(T.head(), on: &machine).isNone)
+        _ = machine.channelInactive()
+        #expect(T.receive(T.head(), on: &machine).isNone)
+    }
+}
+
 extension ProxyConnectionStateMachine.Action {
     var isNone: Bool {
         if case .none = self { return true }

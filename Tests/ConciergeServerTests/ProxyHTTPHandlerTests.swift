@@ -75,6 +75,15 @@ struct ProxyHTTPHandlerTests {
         connection.finish()
     }
 
+    @Test("a reply answered on the event loop whose body is not buffered is not written: the connection closes")
+    func unbufferedReplyOnTheLoopCloses() throws {
+        let connection = try EmbeddedProxyConnection()
+        try connection.send("GET /unbuffered/one HTTP/1.1\r\n" + Self.host + "\r\n")
+        #expect(try connection.written() == "")
+        #expect(!connection.isActive)
+        connection.finish()
+    }
+
     @Test("a connection's allowed Host does not let a later request with another Host through")
     func hostCheckedPerRequest() throws {
         let connection = try EmbeddedProxyConnection()
@@ -452,6 +461,11 @@ final class StubResponder: ProxyResponder {
 
     func plan(_ incoming: IncomingRequest, encoded: Bool) -> RequestPlan? {
         calls.withLock { $0.append(incoming.target) }
+        if incoming.target.hasPrefix("/unbuffered/") {
+            // A fast answer whose body streams: never planned by the daemon, refused by the writer.
+            let (events, _) = AsyncStream.makeStream(of: ByteBuffer.self)
+            return .answer(ProxyAnswer(ProxyReply(status: 200, body: .events(StreamHandle(events))), RequestReport()))
+        }
         guard incoming.target.hasPrefix("/fast/") else { return nil }
         return .answer(ProxyAnswer(ProxyReply(status: 200, body: .buffer(ByteBuffer(string: "fast \(incoming.target)"))), RequestReport()))
     }

@@ -72,7 +72,7 @@ struct CacheWriterThreadTests {
         let path = dir.path("cache.sqlite")
         do {
             let database = try StorageDatabase(path: path, logger: quietLogger)
-            let store = try CacheStore(database: database, maxBytes: 64 << 20, memoryBytes: 8 << 20, logger: quietLogger, encodeHead: nil,
+            let store = try CacheStore(database: database, maxBytes: 64 << 20, memoryBytes: 8 << 20, logger: quietLogger, keepsAttachments: false,
                                        clock: .system, groupCommitDelay: Self.hour)
             let writer = Task { await store.run() }
             store.store(makeEntry(key: "GET /a"))

@@ -25,9 +25,9 @@ struct HotTierTests {
         copy.body = ByteBuffer(string: "changed")
         #expect(original.ttl == 60 && original.tags.isEmpty && original.size == 1000)
         #expect(copy.ttl == 5 && copy.tags == ["t"] && copy.body == ByteBuffer(string: "changed"))
-        hot.attach(EncodedHead(bytes: ByteBuffer(string: "HTTP/1.1 200 OK\r\n"), upstreamAge: 0), to: original)
-        #expect(hot.get("a")?.encodedHead != nil, "the tier's entry has its head")
-        #expect(original.encodedHead == nil && copy.encodedHead == nil, "the caller's entries do not")
+        hot.attach(CacheEntry.Attachment(bytes: ByteBuffer(string: "HTTP/1.1 200 OK\r\n"), value: 0), to: original)
+        #expect(hot.get("a")?.attachment != nil, "the tier's entry has its head")
+        #expect(original.attachment == nil && copy.attachment == nil, "the caller's entries do not")
         #expect(hot.get("a")?.ttl == 60)
     }
 
@@ -210,15 +210,26 @@ struct HotTierTests {
     }
 }
 
-/// The encoded head of a hot-tier entry is made by its first lookup, not when it is stored.
+/// The encoded head of a hot-tier entry is made by its first lookup, not when it is stored:
+/// the store keeps what its user attaches (the proxy's first lookup of an entry,
+/// `CachedReply.withEncodedHead`, which ``Encoder/lookup(_:_:now:)`` does as it does).
 @Suite("Hot tier: heads encoded at the first lookup")
 struct HotTierLazyHeadTests {
     /// Counts encodings; the head is 300 bytes of the key.
     final class Encoder: Sendable {
         let calls = Mutex(0)
-        func encode(_ entry: CacheEntry) -> EncodedHead? {
+        func encode(_ entry: CacheEntry) -> CacheEntry.Attachment {
             calls.withLock { $0 += 1 }
-            return EncodedHead(bytes: ByteBuffer(string: String(repeating: "h", count: 300)), upstreamAge: 0)
+            return CacheEntry.Attachment(bytes: ByteBuffer(string: String(repeating: "h", count: 300)), value: 0)
+        }
+
+        /// A lookup as the proxy makes it: an entry found without an attachment gets one.
+        func lookup(_ store: CacheStore, _ key: HashedKey, now: Double) -> CacheEntry? {
+            guard var entry = store.hotLookup(key, now: now) else { return nil }
+            guard entry.attachment == nil, store.keepsAttachments else { return entry }
+            entry.attachment = encode(entry)
+            store.attach(entry.attachment!, to: entry)
+            return entry
         }
     }
 
@@ -229,17 +240,17 @@ struct HotTierLazyHeadTests {
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let encoder = Encoder()
         let store = try CacheStore(database: StorageDatabase(path: dir + "/c.sqlite", logger: quietLogger), maxBytes: 1 << 30,
-                                   memoryBytes: 1 << 20, logger: quietLogger, encodeHead: { encoder.encode($0) })
+                                   memoryBytes: 1 << 20, logger: quietLogger, keepsAttachments: true)
         let entry = makeEntry(key: "a", size: 1000)
         store.store(entry)
         #expect(encoder.calls.withLock { $0 } == 0, "a stored entry is not encoded")
         #expect(store.hot.bytes == 1000 + HotTier.allocationOverhead, "a stored entry: its size and its allocations")
-        let first = store.hotLookup(HashedKey("a"), now: entry.storedAt)
-        #expect(first?.encodedHead?.bytes.readableBytes == 300)
+        let first = encoder.lookup(store, HashedKey("a"), now: entry.storedAt)
+        #expect(first?.attachment?.bytes.readableBytes == 300)
         #expect(encoder.calls.withLock { $0 } == 1)
         #expect(store.hot.bytes == store.hot.footprint(first!))
-        #expect(store.hot.bytes == 1000 + HotTier.allocationOverhead + first!.encodedHead!.bytes.storageCapacity)
-        for _ in 0..<3 { #expect(store.hotLookup(HashedKey("a"), now: entry.storedAt)?.encodedHead != nil) }
+        #expect(store.hot.bytes == 1000 + HotTier.allocationOverhead + first!.attachment!.bytes.storageCapacity)
+        for _ in 0..<3 { #expect(encoder.lookup(store, HashedKey("a"), now: entry.storedAt)?.attachment != nil) }
         #expect(encoder.calls.withLock { $0 } == 1, "later lookups reuse the head")
     }
 
@@ -249,15 +260,15 @@ struct HotTierLazyHeadTests {
         let old = makeEntry(key: "a", size: 1000, storedAt: 100)
         hot.put(old)
         hot.put(makeEntry(key: "a", size: 1000, storedAt: 200))
-        let head = EncodedHead(bytes: ByteBuffer(string: String(repeating: "h", count: 200)), upstreamAge: 0)
+        let head = CacheEntry.Attachment(bytes: ByteBuffer(string: String(repeating: "h", count: 200)), value: 0)
         hot.attach(head, to: old)
-        #expect(hot.get("a")?.encodedHead == nil, "the entry stored since is not given the old one's head")
+        #expect(hot.get("a")?.attachment == nil, "the entry stored since is not given the old one's head")
         #expect(hot.bytes == 1000)
 
         hot.put(makeEntry(key: "b", size: 1000))
         let current = hot.get("a")!  // "a" is now the most recently used
         hot.attach(head, to: current)
-        #expect(hot.get("a")?.encodedHead != nil)
+        #expect(hot.get("a")?.attachment != nil)
         #expect(hot.get("b") == nil, "the least recently used left to make room for the head's footprint")
         #expect(hot.bytes == hot.footprint(hot.get("a")!))
         #expect(hot.bytes <= hot.capacityBytes)

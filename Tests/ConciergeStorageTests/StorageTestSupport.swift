@@ -88,7 +88,7 @@ final class StoreFixture: Sendable {
     init(path: String, maxBytes: Int = 64 << 20, memoryBytes: Int = 8 << 20, clock: WallClock = .system,
          groupCommitDelay: Duration = CacheWriter.defaultGroupCommitDelay) throws {
         database = try StorageDatabase(path: path, logger: quietLogger)
-        let store = try CacheStore(database: database, maxBytes: maxBytes, memoryBytes: memoryBytes, logger: quietLogger, encodeHead: nil,
+        let store = try CacheStore(database: database, maxBytes: maxBytes, memoryBytes: memoryBytes, logger: quietLogger, keepsAttachments: false,
                                    clock: clock, groupCommitDelay: groupCommitDelay)
         self.store = store
         writer = Task { await store.run() }

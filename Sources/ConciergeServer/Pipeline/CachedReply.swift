@@ -66,11 +66,30 @@ struct EncodedHit: Sendable {
     }
 }
 
+/// A stored reply's status line and headers encoded once, without what varies per hit (the
+/// `Cache-Status` freshness and `Age`, appended by the hit), and the upstream's own `Age`.
+/// Kept with the entry in the hot tier as its ``CacheEntry/Attachment`` (the storage keeps the
+/// bytes; what they mean is this module's).
+struct EncodedHead {
+    var bytes: ByteBuffer
+    var upstreamAge: Int
+
+    init(bytes: ByteBuffer, upstreamAge: Int) {
+        (self.bytes, self.upstreamAge) = (bytes, upstreamAge)
+    }
+
+    init(_ attachment: CacheEntry.Attachment) {
+        (bytes, upstreamAge) = (attachment.bytes, attachment.value)
+    }
+
+    var attachment: CacheEntry.Attachment { CacheEntry.Attachment(bytes: bytes, value: upstreamAge) }
+}
+
 extension CachedReply {
     /// An HTTP/1.1 head for a stored reply, all but `Cache-Status` and `Age`: the status
     /// line, the stored headers, `X-Cache: HIT`, `Content-Length`. Made once per entry, by
-    /// its first lookup in the hot tier.
-    @Sendable static func encodeHead(_ entry: CacheEntry) -> EncodedHead? {
+    /// its first lookup in the hot tier (``withEncodedHead(_:in:)``).
+    static func encodeHead(_ entry: CacheEntry) -> EncodedHead {
         // Open-ended: each hit appends its `Cache-Status` and `Age`, then the empty line.
         let head = WireHead(.status(.http1_1, entry.status), fields: entry.headers, omitting: Self.variesPerHit, extra: "X-Cache: HIT\r\n",
                             contentLength: entry.body.readableBytes, ends: false)
@@ -80,10 +99,28 @@ extension CachedReply {
     /// Stored fields a hit writes itself (lowercase).
     private static let variesPerHit = ["age"]
 
+    /// A hot-tier entry with its encoded head: the entry's first lookup encodes it and leaves
+    /// it with the entry in the tier (``CacheStore/attach(_:to:)``) for the hits after it, so an
+    /// entry stored and never read again (a miss of a one-off key) costs no encoding. A store
+    /// that keeps no attachments gets none: its hits build their head.
+    @inline(__always)
+    static func withEncodedHead(_ entry: CacheEntry, in cache: CacheStore) -> CacheEntry {
+        guard entry.attachment == nil, cache.keepsAttachments else { return entry }
+        return attachingHead(entry, in: cache)
+    }
+
+    private static func attachingHead(_ found: CacheEntry, in cache: CacheStore) -> CacheEntry {
+        var entry = found
+        entry.attachment = encodeHead(found).attachment
+        cache.attach(entry.attachment!, to: entry)
+        return entry
+    }
+
     /// A fresh entry's hit as ready bytes, when the entry has an encoded head and the endpoint
     /// does not `unwrap` (whose body depends on the configuration).
     static func encoded(_ entry: CacheEntry, endpoint: EndpointPolicy, now: Double) -> EncodedHit? {
-        guard let head = entry.encodedHead, endpoint.unwrap == nil else { return nil }
+        guard let attachment = entry.attachment, endpoint.unwrap == nil else { return nil }
+        let head = EncodedHead(attachment)
         return EncodedHit(head: head.bytes, body: entry.body, ttl: entry.remainingTTL(at: now), age: head.upstreamAge + entry.age(at: now),
                           status: entry.status, report: RequestReport(endpoint: endpoint.name, cache: .hit, succeeded: true))
     }

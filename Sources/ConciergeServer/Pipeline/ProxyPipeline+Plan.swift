@@ -37,7 +37,7 @@ extension ProxyPipeline {
         return RequestPlan.decide(prepare(incoming, choice), hotTier: { key in
             // `mode: http` reads the request's directives and `Vary` first: the plan never asks for it.
             guard let entry = cache.hotLookup(key, now: now) else { return .absent }
-            return entry.isFresh(at: now) ? .fresh(entry) : .notFresh
+            return entry.isFresh(at: now) ? .fresh(CachedReply.withEncodedHead(entry, in: cache)) : .notFresh
         }, loopMiss: { p, key in
             // No SQLite read can find the key, and no shared cache is to be asked.
             guard shared == nil, !cache.mayHaveRow(key) else { return nil }
@@ -86,7 +86,7 @@ extension ProxyPipeline {
     /// The recipe's entry as ready bytes, when it is a fresh hot-tier hit.
     private func freshHit(_ recipe: HitMemo.Recipe, now: Double) -> EncodedHit? {
         guard let entry = cache.hotLookup(recipe.key, now: now), entry.isFresh(at: now) else { return nil }
-        return CachedReply.encoded(entry, endpoint: recipe.endpoint, now: now)
+        return CachedReply.encoded(CachedReply.withEncodedHead(entry, in: cache), endpoint: recipe.endpoint, now: now)
     }
 
     /// Remembers a head that arrived alone in one read and was answered as `recipe` says.

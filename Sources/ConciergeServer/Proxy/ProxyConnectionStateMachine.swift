@@ -117,6 +117,9 @@ struct ProxyConnectionStateMachine {
         /// Write the 408 for a head that never completed below the HTTP layers, then close.
         case writeHeaderTimeout
         case close
+        /// An event no sequence of NIO's events brings in the state it came in (`what`): the
+        /// machine is closed; the handler reports it (a debug build stops) and closes the connection.
+        case impossible(StaticString)
     }
 
     private(set) var state = State.opening
@@ -189,7 +192,7 @@ struct ProxyConnectionStateMachine {
 
     /// A head the checks of docs/hardening.md refused with `reply`.
     mutating func headRefused(_ head: HTTPRequestHead, reply: ProxyReply) -> Action {
-        guard acceptsHead else { return .none }
+        if let outOfPlace = headOutOfPlace() { return outOfPlace }
         state = .discarding
         return .respondLocally(reply, head: head, close: true)
     }
@@ -228,7 +231,7 @@ struct ProxyConnectionStateMachine {
 
     mutating func headReceived(_ head: HTTPRequestHead, streamsBody: Bool, limits: Limits, now: NIODeadline,
                                started: ContinuousClock.Instant) -> Action {
-        guard acceptsHead else { return .none }
+        if let outOfPlace = headOutOfPlace() { return outOfPlace }
         self.limits = limits
         lastRequestID += 1
         var request = Request(id: lastRequestID, head: head, started: started)
@@ -271,11 +274,11 @@ struct ProxyConnectionStateMachine {
             // The rest of a refused request, or parts the decoder had read before the close: dropped.
             return .none
         case .waitingForHead, .responding:
-            // No request is being read (the decoder sends a head first, and parts that arrive
-            // while a reply is produced wait in the inbox): dropped, as NIO's pipelining handler does.
-            return .none
+            // No request is being read: the decoder sends a head first, and parts that arrive
+            // while a reply is produced wait in the inbox (``admit(_:)``).
+            return impossible("a body part with no request being read")
         case .opening, .modifying:
-            return Self.impossible("a body part before the channel is active, or inside a mutation")
+            return impossible("a body part before the channel is active, or inside a mutation")
         }
     }
 
@@ -299,10 +302,10 @@ struct ProxyConnectionStateMachine {
         case .closed:
             return .none
         case .waitingForHead, .responding:
-            // The end of a request not being read (see ``bodyReceived(_:now:)``): dropped.
-            return .none
+            // The end of a request not being read (see ``bodyReceived(_:now:)``).
+            return impossible("a request's end with no request being read")
         case .opening, .modifying:
-            return Self.impossible("a request's end before the channel is active, or inside a mutation")
+            return impossible("a request's end before the channel is active, or inside a mutation")
         }
     }
 
@@ -360,8 +363,10 @@ struct ProxyConnectionStateMachine {
             // The request's work answers 400 once the aborted upstream request returns.
             state = .responding(request: request.id)
             return .failStreamedBody(.malformed("\(error)"), close: false)
-        case .responding, .discarding, .closed, .modifying:
+        case .responding, .discarding, .closed:
             return .close
+        case .modifying:
+            return impossible("a parser error inside a mutation")
         }
     }
 
@@ -377,21 +382,26 @@ struct ProxyConnectionStateMachine {
         return .failStreamedBody(.malformed("connection closed before the body ended"), close: false)
     }
 
-    /// A transition no sequence of NIO's events reaches: a debug build stops on it; a release
-    /// build closes the connection rather than go on in a state nothing planned for.
-    private static func impossible(_ what: StaticString) -> Action {
-        assertionFailure("ProxyConnectionStateMachine: \(what)")
-        return .close
+    /// A transition no sequence of NIO's events reaches: the connection closes rather than go
+    /// on in a state nothing planned for (``Action/impossible(_:)``: the handler reports it,
+    /// and a debug build stops there).
+    private mutating func impossible(_ what: StaticString) -> Action {
+        state = .closed
+        return .impossible(what)
+    }
+
+    /// `nil` when a head may start a request now; else what becomes of it: dropped after an
+    /// error reply or once closed, impossible inside a request or a mutation (the decoder
+    /// delivers the next head only after the previous request's end).
+    private mutating func headOutOfPlace() -> Action? {
+        switch state {
+        case .opening, .waitingForHead, .responding: return nil
+        case .discarding, .closed: return Action.none
+        case .buffering, .streaming, .modifying: return impossible("a request head inside a request")
+        }
     }
 
     // MARK: - Replies
-
-    private var acceptsHead: Bool {
-        switch state {
-        case .opening, .waitingForHead, .responding: return true
-        case .buffering, .streaming, .discarding, .closed, .modifying: return false
-        }
-    }
 
     static func tooLarge(_ limits: Limits) -> ProxyReply {
         .error(413, "request body larger than \(limits.maxBodyBytes) bytes")

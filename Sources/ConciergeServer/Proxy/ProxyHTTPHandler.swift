@@ -1,4 +1,5 @@
 import ConciergeCore
+import Logging
 import NIOCore
 import NIOHTTP1
 
@@ -10,11 +11,12 @@ import NIOHTTP1
 /// planned once (``ProxyResponder/plan(_:encoded:)``, a ``RequestPlan``) and the plan carried
 /// out: a fresh hot-tier hit is answered right here from the stored buffer, with no task (and a
 /// read that repeats a head answered so before, without even the decoder: ``RepeatedHitHandler``
-/// calls ``answerRepeatedHit(_:context:)``), and so is the usual miss (by callbacks:
+/// hands it to ``answerRepeatedHit(_:context:)``), and so is the usual miss (by callbacks:
 /// ``ProxyResponder/missOnLoop(_:on:answer:)``); any other plan becomes work on the
 /// connection's ``ConnectionLane`` (a child task of ``ProxyListener/run()`` on this loop) that
-/// writes its whole reply back through the channel. Every reply written on the loop goes
-/// through the connection's ``ReplyWriter``. A streamed body that breaks
+/// writes its whole reply back through the channel. Every reply goes out through
+/// ``ReplyWriter``: on the loop through the connection's instance, from request work through
+/// its awaited writes. A streamed body that breaks
 /// aborts the upstream request (its stream throws) and is answered 400/408.
 ///
 /// Pipelining is the machine's (NIO's pipelining handler is not installed, so a hit can be
@@ -35,6 +37,8 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     private let responder: any ProxyResponder
     private let requests: RequestWorkQueue
+    /// Where a connection's impossible events and unwritable replies are reported.
+    private let logger: Logger
     /// The connection's event loop as the executor its request work prefers.
     private var executor: EventLoopTaskExecutor?
     /// Where the connection's request work runs, opened with its first asynchronous request.
@@ -54,13 +58,15 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var routeMemo = ConnectionRouteMemo()
     /// The route decided when the last head arrived, for the request it dispatches (routed once).
     private var routeOfNextDispatch: PreparedRequest.Route?
-    /// The read the decoder is given, while it reads it (``RepeatedHitHandler``): what a parser error is judged by.
-    var decoderInput: ByteBuffer?
+    /// Told of each hit written as ready bytes, for ``RepeatedHitHandler`` to remember its read's bytes.
+    private let decodedReads: DecodedReadWatch?
     /// The body of the running request while it streams in.
     private var streamedBody: (continuation: AsyncThrowingStream<ByteBuffer, any Error>.Continuation, outcome: ClientBodyOutcome)?
 
-    init(responder: any ProxyResponder, requests: RequestWorkQueue, identity: ConnectionIdentity = .anonymous) {
-        (self.responder, self.requests, self.identity) = (responder, requests, identity)
+    init(responder: any ProxyResponder, requests: RequestWorkQueue, identity: ConnectionIdentity = .anonymous,
+         decodedReads: DecodedReadWatch? = nil, logger: Logger = ProxyHTTPHandler.quietLogger) {
+        (self.responder, self.requests, self.identity, self.logger) = (responder, requests, identity, logger)
+        self.decodedReads = decodedReads
         machine = ProxyConnectionStateMachine(limits: .init(responder.currentConfig.settings.limits))
     }
 
@@ -92,15 +98,10 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         writer = (try? context.pipeline.syncOperations.context(handlerType: HTTPResponseEncoder.self)).map(ReplyWriter.init)
     }
 
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        receiveDecoded(unwrapInboundIn(data), context: context)
-    }
-
     /// A part of a request as the decoder delivers it: from NIO's decoder, or read without it
     /// by ``RepeatedHitHandler`` (``PlainRequestHead``), in the same order.
-    func receiveDecoded(_ part: HTTPServerRequestPart, context: ChannelHandlerContext) {
-        if watch.watching { watch.count(part) }
-        if let event = machine.admit(.part(part)) { handle(event, context: context) }
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if let event = machine.admit(.part(unwrapInboundIn(data))) { handle(event, context: context) }
     }
 
     /// Reading goes on while a reply is produced, until something arrives for a later request
@@ -118,11 +119,10 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         context.fireUserInboundEventTriggered(event)
     }
 
+    /// A parser error comes refined by the read it was found in (``DecodedReadWatch``).
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        if watch.watching { watch.others += 1 }
         if let parserError = error as? HTTPParserError {
-            let refined = RequestHeadCheck.refined(parserError, read: decoderInput)
-            if let event = machine.admit(.parserError(refined)) { handle(event, context: context) }
+            if let event = machine.admit(.parserError(parserError)) { handle(event, context: context) }
         } else {
             execute(machine.connectionFailed(), context: context)
         }
@@ -208,9 +208,16 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             writer.writeHeaderTimeout()
         case .close:
             context.close(promise: nil)
+        case .impossible(let what):
+            // The machine is closed already: a debug build stops here, a release build reports it.
+            logger.error("proxy connection: impossible event, closing", metadata: ["event": "\(what)"])
+            assertionFailure("ProxyConnectionStateMachine: \(what)")
+            context.close(promise: nil)
         }
     }
 
+    /// For handlers made without a logger (tests): reports nothing.
+    static let quietLogger = Logger(label: "concierge.proxy") { _ in SwiftLogNoOpLogHandler() }
     /// The fast path on the event loop, else the request's work to the listener's task group.
     private func dispatch(_ request: ProxyConnectionStateMachine.Request, body: ProxyConnectionStateMachine.DispatchedBody,
                           context: ChannelHandlerContext) {
@@ -288,65 +295,12 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let next = machine.replyFinished(request: request.id, keepAlive: true, now: context.eventLoop.now)
         writer.write(hit)
         responder.log(incoming, hit.answer, started: request.started)
-        if watch.watching {
-            watch.hits += 1
-            // Never a traced request's bytes: its `traceparent` is read each time.
-            watchedHit = incoming.trace == nil ? recipe.map { (incoming, $0) } : nil
-        }
+        decodedReads?.hitAnswered(incoming, recipe: recipe)
         execute(next, context: context)
         resumeAfterReply(context: context)
     }
 
     // MARK: - Requests recognised by their bytes (RepeatedHitHandler)
-
-    /// What the request decoder delivered during one read that ``RepeatedHitHandler`` passed
-    /// to it, and the hits answered meanwhile (plain counts: checked on every request).
-    struct ReadWatch {
-        var watching = false
-        var heads = 0
-        var ends = 0
-        /// Body parts, errors, and heads after which the decoder reads no next request.
-        var others = 0
-        var hits = 0
-
-        mutating func count(_ part: HTTPServerRequestPart) {
-            switch part {
-            case .head(let head):
-                heads += 1
-                if !RequestHeadBoundary.decodingGoesOn(after: head) { others += 1 }
-            case .body: others += 1
-            case .end: ends += 1
-            }
-        }
-    }
-
-    private var watch = ReadWatch()
-    /// The hit answered during the watched read, when the hit memo keeps its recipe.
-    private var watchedHit: (incoming: IncomingRequest, recipe: HitMemo.Recipe)?
-
-    /// Before a read goes to the request decoder: what it delivers is counted until ``endWatch(_:)``.
-    func beginWatch() {
-        watch = ReadWatch(watching: true)
-    }
-
-    /// After a read went to the decoder: whether it delivered exactly one request without a
-    /// body and nothing else. If that request was answered as a remembered hit, the read's
-    /// `bytes` (`nil`: not to be remembered) are remembered with it
-    /// (``ProxyResponder/rememberReplay(_:incoming:recipe:)``).
-    func endWatch(_ bytes: ByteBuffer?) -> Bool {
-        let seen = watch
-        watch = ReadWatch()
-        var hit: (incoming: IncomingRequest, recipe: HitMemo.Recipe)?
-        if seen.hits > 0 {
-            hit = watchedHit
-            watchedHit = nil
-        }
-        guard seen.watching, seen.heads == 1, seen.ends == 1, seen.others == 0 else { return false }
-        if let bytes, seen.hits == 1, let (incoming, recipe) = hit {
-            responder.rememberReplay(bytes, incoming: incoming, recipe: recipe)
-        }
-        return true
-    }
 
     /// A request recognised by its bytes, answered from the hot tier without parsing them: only
     /// between requests, with nothing waiting. `false`: the bytes go to the request decoder.
@@ -400,7 +354,7 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
                     handler.replySynchronously(answer, to: request, incoming, keepAlive: keepAlive, context: context)
                     return
                 }
-                let written = await ResponseWriter.write(answer.reply, version: version, keepAlive: keepAlive, isHead: isHead, to: channel)
+                let written = await ReplyWriter.write(answer.reply, version: version, keepAlive: keepAlive, isHead: isHead, to: channel)
                 responder.log(incoming, answer, started: started)
                 let reusable = keepAlive && written
                 let finish: @Sendable () -> Void = {
@@ -422,14 +376,17 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// Writes a buffered reply synchronously (fast hits, local answers, and the buffered replies
     /// of request work running on this loop) through the connection's ``ReplyWriter``. A reply
-    /// whose body is not buffered cannot be written here: the connection closes (never
-    /// expected: each caller hands buffered replies only).
+    /// it cannot write here (a body that is not buffered: ``ReplyWriter/Unwritable``; no
+    /// response encoder in the pipeline) is reported and the connection closes: never expected,
+    /// as each caller hands buffered replies only.
     private func write(_ reply: ProxyReply, version: HTTPVersion, isHead: Bool, keepAlive: Bool, context: ChannelHandlerContext) {
-        guard case .buffer(let body) = reply.body, let writer else {
-            assertionFailure("a reply written on the loop must be buffered, and the response encoder present")
+        do {
+            guard let writer else { throw ReplyWriter.Unwritable() }
+            try writer.write(reply, version: version, isHead: isHead, keepAlive: keepAlive)
+        } catch {
+            logger.error("proxy connection: a reply that cannot be written on the event loop, closing",
+                         metadata: ["status": "\(reply.status)", "encoder": "\(writer != nil)"])
             context.close(promise: nil)
-            return
         }
-        writer.write(reply, body: body, version: version, isHead: isHead, keepAlive: keepAlive)
     }
 }

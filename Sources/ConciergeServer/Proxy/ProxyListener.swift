@@ -123,7 +123,7 @@ struct ProxyListener: Service {
     }
 
     private func makeBootstrap(_ listener: ConciergeConfig.ProxyListener, requests: RequestWorkQueue) -> ServerBootstrap {
-        let (context, connections) = (self.context, self.connections)
+        let (context, connections, logger) = (self.context, self.connections, self.logger)
         let acceptFailures = AcceptFailureLog(logger: logger)
         let isUnix = if case .unix = listener.address { true } else { false }
         let session = listener.session
@@ -146,13 +146,13 @@ struct ProxyListener: Service {
                 guard isUnix else {
                     return channel.eventLoop.makeCompletedFuture {
                         try Self.configureConnection(channel.pipeline.syncOperations, responder: context, requests: requests,
-                                                     identity: ConnectionIdentity(listenerSession: session))
+                                                     identity: ConnectionIdentity(listenerSession: session), logger: logger)
                     }
                 }
                 // Once, at accept, on the connection's loop (the future is already complete).
                 return PeerCredentialReader.read(channel).flatMapThrowing { peer in
                     try Self.configureConnection(channel.pipeline.syncOperations, responder: context, requests: requests,
-                                                 identity: ConnectionIdentity(peer: peer, listenerSession: session))
+                                                 identity: ConnectionIdentity(peer: peer, listenerSession: session), logger: logger)
                 }
             }
         if !isUnix {
@@ -164,8 +164,9 @@ struct ProxyListener: Service {
     }
 
     /// A proxy connection's handlers: NIO's HTTP/1.1 response encoder, ``RepeatedHitHandler``
-    /// (a read that repeats a head answered from the hot tier is answered without parsing),
-    /// NIO's request decoder, then ``ProxyHTTPHandler``.
+    /// (a read that repeats a head answered from the hot tier is answered without parsing; a
+    /// plain head is handed on as typed parts past the decoder), NIO's request decoder,
+    /// ``DecodedReadWatch`` (counts what the decoder delivers in a read), then ``ProxyHTTPHandler``.
     ///
     /// Not NIO's `configureHTTPServerPipeline`: ``ProxyHTTPHandler`` orders pipelined requests
     /// itself and writes hits as ready bytes below the encoder, so the encoder must frame each
@@ -174,11 +175,14 @@ struct ProxyListener: Service {
     /// Concierge's writers. Reply headers come from a parsed upstream reply or from Concierge
     /// itself: no re-validation.
     static func configureConnection(_ pipeline: ChannelPipeline.SynchronousOperations, responder: any ProxyResponder,
-                                    requests: RequestWorkQueue, identity: ConnectionIdentity = .anonymous) throws {
-        let proxy = ProxyHTTPHandler(responder: responder, requests: requests, identity: identity)
+                                    requests: RequestWorkQueue, identity: ConnectionIdentity = .anonymous,
+                                    logger: Logger = ProxyHTTPHandler.quietLogger) throws {
+        let watch = DecodedReadWatch(responder: responder)
+        let proxy = ProxyHTTPHandler(responder: responder, requests: requests, identity: identity, decodedReads: watch, logger: logger)
         try pipeline.addHandler(HTTPResponseEncoder())
-        try pipeline.addHandler(RepeatedHitHandler(proxy: proxy))
+        try pipeline.addHandler(RepeatedHitHandler(proxy: proxy, watch: watch))
         try pipeline.addHandler(ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes)))
+        try pipeline.addHandler(watch)
         try pipeline.addHandler(proxy)
     }
 }

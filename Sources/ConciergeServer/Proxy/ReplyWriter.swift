@@ -1,18 +1,26 @@
 import ConciergeCore
 import NIOCore
 import NIOHTTP1
+import ServiceLifecycle
 
-/// The one writer of a proxy connection's replies on its event loop: every reply there goes
-/// out through it, as bytes below the response encoder, with one flush: hits as ready bytes
-/// (``write(_:)``), buffered replies of misses and local answers
-/// (``write(_:body:version:isHead:keepAlive:)``) and the header-timeout 408
-/// (``writeHeaderTimeout()``). A reply whose body streams (an upstream's body, Server-Sent
-/// Events), or one a task finishes off the connection's loop, is written by
-/// ``ResponseWriter``, which awaits each write.
+/// The one writer of the proxy's replies: every reply leaves a proxy connection through it.
 ///
-/// Three methods rather than one taking an enum: a hit passed into an enum's payload would be
-/// copied (a retain and release of each of its buffers) on the path that costs the least.
+/// - On the connection's event loop, as bytes below the response encoder with one flush (an
+///   instance, holding the encoder's context): hits as ready bytes (``write(_:)``), buffered
+///   replies of misses, local answers and request work finished on the loop
+///   (``write(_:version:isHead:keepAlive:)``, which refuses a reply whose body is not
+///   buffered: ``Unwritable``) and the header-timeout 408 (``writeHeaderTimeout()``).
+/// - From a request's work (``write(_:version:keepAlive:isHead:to:)``, static, through the
+///   channel's HTTP parts): a reply whose body streams (an upstream's body, Server-Sent
+///   Events), or one a task finishes off the connection's loop; each write is awaited, so a
+///   streamed body goes with back-pressure (each chunk's write completes before the next is read).
+///
+/// Separate methods rather than one taking an enum: a hit passed into an enum's payload would
+/// be copied (a retain and release of each of its buffers) on the path that costs the least.
 struct ReplyWriter {
+    /// A reply that cannot be written synchronously on the loop: its body streams.
+    struct Unwritable: Error, Equatable {}
+
     /// Bodies up to this size are copied behind the head they follow: one write, one iovec.
     static var inlineBodyBytes: Int { 16 * 1024 }
 
@@ -27,7 +35,9 @@ struct ReplyWriter {
 
     /// A buffered reply: the status line, its headers with its own `Content-Length` (and
     /// `Connection: close` when the connection ends) in place of theirs, the body.
-    func write(_ reply: ProxyReply, body: ByteBuffer, version: HTTPVersion, isHead: Bool, keepAlive: Bool) {
+    /// - Throws: ``Unwritable`` when the body is not buffered; nothing is written then.
+    func write(_ reply: ProxyReply, version: HTTPVersion, isHead: Bool, keepAlive: Bool) throws(Unwritable) {
+        guard case .buffer(let body) = reply.body else { throw Unwritable() }
         let (bytes, rest) = Self.bytes(reply, body: body, version: version, isHead: isHead, keepAlive: keepAlive)
         send(bytes, then: rest)
     }
@@ -69,6 +79,77 @@ struct ReplyWriter {
         var bytes = head.bytes(followedBy: body.utf8.count)
         bytes.writeString(body)
         return bytes
+    }
+}
+
+// MARK: - From a request's work
+
+extension ReplyWriter {
+    /// Writes a reply from a request's work (off the event loop, or a body that streams),
+    /// awaiting each write.
+    ///
+    /// - Returns: `false` when the connection failed mid-reply or must not be reused (it is
+    ///   then closed).
+    static func write(_ reply: ProxyReply, version: HTTPVersion, keepAlive: Bool, isHead: Bool, to channel: any Channel) async -> Bool {
+        var head = HTTPResponseHead(version: version, status: HTTPResponseStatus(statusCode: reply.status), headers: reply.headers)
+        if !keepAlive { head.headers.replaceOrAdd(name: "Connection", value: "close") }
+        do {
+            switch reply.body {
+            case .buffer(let body):
+                head.headers.replaceOrAdd(name: "Content-Length", value: String(body.readableBytes))
+                channel.write(HTTPServerResponsePart.head(head), promise: nil)
+                if !isHead, body.readableBytes > 0 { channel.write(HTTPServerResponsePart.body(.byteBuffer(body)), promise: nil) }
+                try await channel.writeAndFlush(HTTPServerResponsePart.end(nil)).get()
+                return true
+            case .upstream(let body):
+                try await channel.writeAndFlush(HTTPServerResponsePart.head(head)).get()
+                return try await writeUpstreamBody(body, isHead: isHead, to: channel)
+            case .events(let stream):
+                head.headers.remove(name: "Content-Length")
+                try await channel.writeAndFlush(HTTPServerResponsePart.head(head)).get()
+                await writeEvents(stream.stream, to: channel)
+                return false
+            }
+        } catch {
+            channel.close(promise: nil)
+            return false
+        }
+    }
+
+    /// Relays the upstream's body; an upstream that breaks off closes the connection (the
+    /// client sees a cut reply, never a shorter "complete" one).
+    private static func writeUpstreamBody(_ body: UpstreamBody, isHead: Bool, to channel: any Channel) async throws -> Bool {
+        do {
+            for try await chunk in body where !isHead {
+                try await channel.writeAndFlush(HTTPServerResponsePart.body(.byteBuffer(chunk))).get()
+            }
+        } catch {
+            channel.close(promise: nil)
+            return false
+        }
+        try await channel.writeAndFlush(HTTPServerResponsePart.end(nil)).get()
+        return true
+    }
+
+    /// Relays Server-Sent Events until the stream ends, the client goes away, or a graceful
+    /// shutdown begins (the stream may stay quiet for long); then ends the reply and closes.
+    private static func writeEvents(_ stream: AsyncStream<ByteBuffer>, to channel: any Channel) async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for await chunk in stream {
+                    guard (try? await channel.writeAndFlush(HTTPServerResponsePart.body(.byteBuffer(chunk))).get()) != nil else { return }
+                }
+            }
+            group.addTask { try? await channel.closeFuture.get() }
+            // Returns at a graceful shutdown, or throws when cancelled.
+            group.addTask { try? await gracefulShutdown() }
+            await group.next()
+            group.cancelAll()
+            // Not awaited: a subscriber that stopped reading must not hold the shutdown. Closing
+            // fails a pending chunk write and ends the `closeFuture` child.
+            channel.writeAndFlush(HTTPServerResponsePart.end(nil), promise: nil)
+            channel.close(promise: nil)
+        }
     }
 }
 

@@ -70,7 +70,7 @@ public final class ConciergeDaemon: Sendable {
         runtime = Runtime(config: config)
         database = try StorageDatabase(path: config.storage.path, logger: logger)
         cache = try CacheStore(database: database, maxBytes: config.storage.maxBytes, memoryBytes: config.storage.memoryBytes, logger: logger,
-                               encodeHead: CachedReply.encodeHead, clock: clock)
+                               keepsAttachments: true, clock: clock)
         session = try SessionState(store: SessionStore(database: database), logger: logger)
         stats = ProxyStats()
         events = EventBus()

@@ -20,17 +20,14 @@ final class CacheReader: Sendable {
     let logger: Logger
     /// Ends every scan at once when the daemon stops (``ScanBound``).
     let scanStop = ScanStop()
-    /// Encodes an entry's head as it enters the hot tier (`nil`: hits build their head).
-    private let encodeHead: (@Sendable (CacheEntry) -> EncodedHead?)?
 
-    init(database: StorageDatabase, hot: HotTier, ledger: SharedLedger, accesses: AccessLog, clock: WallClock,
-         logger: Logger, encodeHead: (@Sendable (CacheEntry) -> EncodedHead?)?) {
+    init(database: StorageDatabase, hot: HotTier, ledger: SharedLedger, accesses: AccessLog, clock: WallClock, logger: Logger) {
         (self.database, self.hot, self.ledger, self.accesses) = (database, hot, ledger, accesses)
-        (self.clock, self.logger, self.encodeHead) = (clock, logger, encodeHead)
+        (self.clock, self.logger) = (clock, logger)
     }
 
     /// Puts an entry in the hot tier with its own tight copy of the body (a body read from the
-    /// network may be a slice of a larger read buffer) and its encoded head.
+    /// network may be a slice of a larger read buffer).
     func putHot(_ entry: CacheEntry, key: HashedKey? = nil) {
         var entry = entry
         if entry.body.storageCapacity > entry.body.readableBytes + 64 {
@@ -39,17 +36,12 @@ final class CacheReader: Sendable {
         hot.put(entry, key: key ?? HashedKey(entry.key))
     }
 
-    /// The hot-tier entry, without I/O. Callable on an event loop. The first lookup of an
-    /// entry encodes its head (`encodeHead`) and leaves it in the tier for the hits after it:
-    /// an entry stored and never read again (a miss of a one-off key) costs no encoding.
+    /// The hot-tier entry (with its attachment, if its user gave it one), without I/O.
+    /// Callable on an event loop.
     func hotLookup(_ key: HashedKey, now: Double) -> CacheEntry? {
         guard let (found, report) = hot.getReportingAccess(key, now: now) else { return nil }
         if report { accesses.record(found.key, at: now) }
-        guard found.encodedHead == nil, let encodeHead, let head = encodeHead(found) else { return found }
-        var entry = found
-        entry.encodedHead = head
-        hot.attach(head, to: entry)
-        return entry
+        return found
     }
 
     /// Hot tier, then SQLite (promoting what it finds).
