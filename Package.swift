@@ -167,7 +167,8 @@ let package = Package(
             name: "ConciergeServerTests",
             dependencies: [
                 "ConciergeServer", "ConciergeTestSupport", "ConciergeSampleAPI",
-                // The fuzz targets' checks, shared with the tests that compare readers.
+                // The fuzz targets' checks, shared with the tests that compare readers, and the
+                // pipeline over a scripted upstream (ScriptedPipeline) the stage tests build on.
                 "ConciergeFuzzing", "ConciergeServerFuzzing",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),

@@ -1,14 +1,12 @@
 import ConciergeCore
 import ConciergeStorage
 @testable import ConciergeServer
-import Foundation
-import Logging
 import NIOCore
 
-/// One pipeline over a ``LoopScriptedTransport`` (``MissPathScript``), a real SQLite file in a
-/// temp directory, the real session, refresher and counters, and a clock that never moves: no
-/// sockets. Two rigs fed the same requests in the same order stay in the same state, so one
-/// can answer each miss on the event loop and the other in a task (``MissPathComparison``).
+/// One pipeline (``ScriptedPipeline``) over a ``LoopScriptedTransport`` (``MissPathScript``) and a
+/// clock that never moves: no sockets. Two rigs fed the same requests in the same order stay in
+/// the same state, so one can answer each miss on the event loop and the other in a task
+/// (``MissPathComparison``).
 final class MissPathRig: Sendable {
     static let yaml = """
         upstreams: { api: http://upstream.test }
@@ -53,29 +51,15 @@ final class MissPathRig: Sendable {
     /// The frozen time both rigs of a comparison read (Unix seconds).
     static let time: Double = 1_800_000_000
 
-    let directory: URL
-    let cache: CacheStore
-    let session: SessionState
+    let scripted: ScriptedPipeline
     let transport: LoopScriptedTransport
-    let pipeline: ProxyPipeline
+    var cache: CacheStore { scripted.cache }
+    var session: SessionState { scripted.session }
+    var pipeline: ProxyPipeline { scripted.pipeline }
 
     init(clock: WallClock) throws {
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("concierge-misspaths-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let logger = Logger(label: "misspaths") { _ in SwiftLogNoOpLogHandler() }
-        let config = try ConfigLoader.parse(yaml: Self.yaml + "\nstorage:\n  path: \(directory.path)/c.sqlite\n")
-        let database = try StorageDatabase(path: "\(directory.path)/c.sqlite", logger: logger)
-        cache = try CacheStore(database: database, maxBytes: 64 << 20, memoryBytes: 8 << 20, logger: logger,
-                               keepsAttachments: true, clock: clock)
-        session = try SessionState(store: SessionStore(database: database), logger: logger)
         transport = LoopScriptedTransport(MissPathScript.reply)
-        var lifecycle = SessionLifecycle(session: session, cache: cache, stats: ProxyStats(), events: EventBus(), logger: logger)
-        lifecycle.clock = clock
-        let runtime = Runtime(config: config)
-        let sessions = try SessionRegistry(parts: .init(database: database, cache: cache, transport: transport, runtime: runtime, logger: logger),
-                                           base: lifecycle, perClientDefault: nil)
-        runtime.bind(sessions.bind)
-        pipeline = ConciergeDaemon.makePipeline(runtime: runtime, sessions: sessions, transport: transport, logger: logger)
+        scripted = try ScriptedPipeline(yaml: Self.yaml, label: "misspaths", transport: transport, encodedHits: true, clock: clock)
     }
 
     /// Logs in with the first tokens when no session is there (a logout code or warning ended it).
@@ -86,6 +70,6 @@ final class MissPathRig: Sendable {
 
     /// Removes the SQLite files (after the cache's writer has finished).
     func removeFiles() {
-        try? FileManager.default.removeItem(at: directory)
+        scripted.removeFiles()
     }
 }

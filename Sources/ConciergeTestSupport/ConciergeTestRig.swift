@@ -20,9 +20,11 @@ public struct TestResponse: Sendable {
     public var code: Int? { json?[path: "code"]?.intValue }
 }
 
-/// Starts the sample API (or uses a given one) and a real Concierge daemon in this process
-/// on ports chosen at run time, with its SQLite file in a fresh temp directory; hands the
-/// test clients for the proxy and the admin API; ``stop()`` tears everything down.
+/// A real Concierge daemon in this process (and the sample API it fronts, or a given one) on
+/// ports chosen at run time, with its SQLite file in a fresh temp directory; hands the test
+/// clients for the proxy and the admin API. A rig lives in a scope: ``with(_:_:)`` (or
+/// ``withFleet(count:setup:_:)``, ``withRestart(configTransform:environment:_:)``) runs its daemon as a
+/// child of a task group beside the test's body, and stops it when the body ends or throws.
 public final class ConciergeTestRig: Sendable {
     public static let adminToken = "test-admin-token"
 
@@ -35,76 +37,25 @@ public final class ConciergeTestRig: Sendable {
     public let logs: LogSink
     /// The clock the daemon stores and judges entries by, when the test moves time itself.
     public let clock: ManualClock?
-    private let ownsAPI: Bool
-    private let runTask: Task<Void, any Error>
+    /// The daemon's run in its scope's task group.
+    let run: DaemonRun
 
-    /// - Parameters:
-    ///   - endpoints: YAML list items placed under `endpoints:` (indented by the caller or not; each line is indented by 2).
-    ///   - extra: further top-level YAML (session, envelope, signing, hooks…); replaces the defaults of the same sections.
-    public static func start(endpoints: String? = nil, extra: String = "", api givenAPI: RunningSampleAPI? = nil,
-                             apiConfiguration: SampleAPIConfiguration = .init(), directory: String? = nil,
-                             configTransform: (@Sendable (String) -> String)? = nil,
-                             environment: [String: String] = [:], clock: ManualClock? = nil) async throws -> ConciergeTestRig {
-        let ownsAPI = givenAPI == nil
-        let api: RunningSampleAPI
-        if let givenAPI { api = givenAPI } else { api = try await SampleAPI.start(configuration: apiConfiguration) }
-        let dir = directory ?? FileManager.default.temporaryDirectory.appendingPathComponent("concierge-test-\(UUID().uuidString)").path
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        var yaml = TestConfig.yaml(apiPort: api.port, directory: dir, endpoints: endpoints ?? TestConfig.defaultEndpoints, extra: extra)
-        if let configTransform { yaml = configTransform(yaml) }
-        let configPath = dir + "/concierge.yaml"
-        try yaml.write(toFile: configPath, atomically: true, encoding: .utf8)
-        let config = try ConfigLoader.load(path: configPath, environment: environment)
-        return try await launch(config: config, configPath: configPath, api: api, ownsAPI: ownsAPI, directory: dir, clock: clock)
+    init(run: DaemonRun, ports: (proxy: Int, admin: Int?)) {
+        self.run = run
+        api = run.launch.api
+        daemon = run.daemon
+        proxyPort = ports.proxy
+        adminPort = ports.admin ?? 0
+        directory = run.launch.directory
+        configPath = run.launch.configPath
+        logs = run.logs
+        clock = run.launch.clock
     }
 
-    static func launch(config: ConciergeConfig, configPath: String, api: RunningSampleAPI, ownsAPI: Bool, directory: String,
-                       clock: ManualClock?) async throws -> ConciergeTestRig {
-        let logs = LogSink(capturing: true)
-        let daemon = try ConciergeDaemon(config: config, configPath: configPath, logSink: logs, environment: [:],
-                                         clock: clock?.wallClock ?? .system)
-        let runTask = Task { try await daemon.run(handleSignals: false) }
-        let ports = try await withTimeout(.seconds(10)) { await daemon.waitUntilReady() }
-        return ConciergeTestRig(api: api, daemon: daemon, proxyPort: ports.proxy, adminPort: ports.admin ?? 0, directory: directory,
-                                configPath: configPath, logs: logs, clock: clock, ownsAPI: ownsAPI, runTask: runTask)
-    }
-
-    private init(api: RunningSampleAPI, daemon: ConciergeDaemon, proxyPort: Int, adminPort: Int, directory: String, configPath: String,
-                 logs: LogSink, clock: ManualClock?, ownsAPI: Bool, runTask: Task<Void, any Error>) {
-        self.clock = clock
-        self.api = api
-        self.daemon = daemon
-        self.proxyPort = proxyPort
-        self.adminPort = adminPort
-        self.directory = directory
-        self.configPath = configPath
-        self.logs = logs
-        self.ownsAPI = ownsAPI
-        self.runTask = runTask
-    }
-
-    /// Stops the daemon (gracefully) and, when `keepAPI` is false and the rig started it, the API.
-    public func stop(keepAPI: Bool = false, removeDirectory: Bool = true) async {
-        daemon.shutdown()
-        do {
-            try await withTimeout(.seconds(20)) { _ = try? await self.runTask.value }
-        } catch {
-            FileHandle.standardError.write(Data("ConciergeTestRig: the daemon on admin port \(adminPort) did not stop within 20 s; its log ends:\n\(logs.lines.suffix(30).joined(separator: "\n"))\n".utf8))
-        }
-        if ownsAPI, !keepAPI { await api.shutdown() }
-        if removeDirectory { try? FileManager.default.removeItem(atPath: directory) }
-    }
-
-    /// Stops this daemon and starts a new one on the same state directory and API.
-    public func restart(configTransform: (@Sendable (String) -> String)? = nil,
-                        environment: [String: String] = [:]) async throws -> ConciergeTestRig {
-        await stop(keepAPI: true, removeDirectory: false)
-        if let configTransform {
-            let text = try String(contentsOfFile: configPath, encoding: .utf8)
-            try configTransform(text).write(toFile: configPath, atomically: true, encoding: .utf8)
-        }
-        let config = try ConfigLoader.load(path: configPath, environment: environment)
-        return try await Self.launch(config: config, configPath: configPath, api: api, ownsAPI: ownsAPI, directory: directory, clock: clock)
+    /// Stops the daemon now, gracefully (at most 20 s; past that its log's end is printed and the
+    /// scope cancels it as it ends). The API and the directory stay until the scope ends.
+    public func stop() async {
+        await run.stop()
     }
 
     // MARK: Clients
@@ -195,22 +146,4 @@ public func eventually(_ limit: Duration = .seconds(30), _ condition: @Sendable 
         try? await Task.sleep(for: .milliseconds(20))
     }
     return try await condition()
-}
-
-extension ConciergeTestRig {
-    /// Starts a rig (with `${VAR}` values from `environment`), runs `body`, and always stops
-    /// the rig, whether `body` throws or not.
-    public static func with(endpoints: String? = nil, extra: String = "", api: RunningSampleAPI? = nil,
-                            apiConfiguration: SampleAPIConfiguration = .init(), environment: [String: String] = [:],
-                            clock: ManualClock? = nil, _ body: (ConciergeTestRig) async throws -> Void) async throws {
-        let rig = try await start(endpoints: endpoints, extra: extra, api: api, apiConfiguration: apiConfiguration, environment: environment,
-                                  clock: clock)
-        do {
-            try await body(rig)
-            await rig.stop()
-        } catch {
-            await rig.stop()
-            throw error
-        }
-    }
 }

@@ -1,7 +1,7 @@
 import ConciergeSampleAPI
 
 /// Configurations for the sample API's dialects (OAuth2, WeChat, DingTalk), in the shape of
-/// `Config/examples/*.yaml`, for ``ConciergeTestRig/start(endpoints:extra:api:apiConfiguration:directory:configTransform:environment:)``.
+/// `Config/examples/*.yaml`, for ``ConciergeTestRig/with(endpoints:extra:api:apiConfiguration:directory:configTransform:environment:clock:_:)``.
 public enum DialectTestConfig {
     /// `${VAR}` values the dialect configs take their credentials from.
     public static let environment: [String: String] = [

@@ -125,18 +125,16 @@ extension ConciergeTestRig {
     public static func with(origin: HTTPTestOrigin, endpoints: String, extra: String = "", asEnvironment: Bool = false,
                             clock: ManualClock? = nil, _ body: (ConciergeTestRig) async throws -> Void) async throws {
         let url = origin.url
-        let rig = try await ConciergeTestRig.start(endpoints: TestConfig.defaultEndpoints + "\n" + endpoints, extra: extra, configTransform: { yaml in
+        let setup = RigSetup(endpoints: TestConfig.defaultEndpoints + "\n" + endpoints, extra: extra, configTransform: { yaml in
             let added = yaml.replacingOccurrences(of: "  down: http://127.0.0.1:1\n", with: "  down: http://127.0.0.1:1\n  origin: \(url)\n")
             return asEnvironment ? added.replacingOccurrences(of: "environment: debug\n", with: "environment: origin\n") : added
         }, clock: clock)
         do {
-            try await body(rig)
+            try await with(setup, body)
         } catch {
-            await rig.stop()
             await origin.stop()
             throw error
         }
-        await rig.stop()
         await origin.stop()
     }
 }

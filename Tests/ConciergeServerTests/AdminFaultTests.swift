@@ -94,9 +94,9 @@ struct AdminFaultTests {
 
     @Test("an admin listener bound to a non-loopback address logs a warning")
     func nonLoopbackWarning() async throws {
-        let rig = try await ConciergeTestRig.start { $0.replacingOccurrences(of: "  admin: 127.0.0.1:0\n", with: "  admin: 0.0.0.0:0\n") }
-        let warned = await eventually { rig.logText.contains("non-loopback") }
-        await rig.stop()
-        #expect(warned)
+        try await ConciergeTestRig.with(configTransform: { $0.replacingOccurrences(of: "  admin: 127.0.0.1:0\n", with: "  admin: 0.0.0.0:0\n") }) { rig in
+            let warned = await eventually { rig.logText.contains("non-loopback") }
+            #expect(warned)
+        }
     }
 }

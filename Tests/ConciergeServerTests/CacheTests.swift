@@ -145,16 +145,18 @@ struct CacheTests {
 
     @Test("entries survive a restart (SQLite is the source of truth) and a version bump drops them")
     func survivesRestartAndVersionBump() async throws {
-        let rig = try await ConciergeTestRig.start()
-        _ = try await rig.get("/api/items?limit=4")
-        let restarted = try await rig.restart()
-        let hit = try await restarted.get("/api/items?limit=4")
-        #expect(hit.header("X-Cache") == "HIT")
-        #expect(restarted.api.state.calls("/api/items") == 1)
-        let bumped = try await restarted.restart { $0.replacingOccurrences(of: "log:\n", with: "cache:\n  version: 2\nlog:\n") }
-        #expect(try await bumped.get("/api/items?limit=4").header("X-Cache") == "MISS")
-        #expect(await eventually { (try? await bumped.admin(.GET, "/cache/entries"))?.json?[path: "entries"]?.serialized.contains("v=1") == false })
-        await bumped.stop()
+        try await ConciergeTestRig.with { rig in
+            _ = try await rig.get("/api/items?limit=4")
+            try await rig.withRestart { restarted in
+                let hit = try await restarted.get("/api/items?limit=4")
+                #expect(hit.header("X-Cache") == "HIT")
+                #expect(restarted.api.state.calls("/api/items") == 1)
+                try await restarted.withRestart(configTransform: { $0.replacingOccurrences(of: "log:\n", with: "cache:\n  version: 2\nlog:\n") }) { bumped async throws in
+                    #expect(try await bumped.get("/api/items?limit=4").header("X-Cache") == "MISS")
+                    #expect(await eventually { (try? await bumped.admin(.GET, "/cache/entries"))?.json?[path: "entries"]?.serialized.contains("v=1") == false })
+                }
+            }
+        }
     }
 
     @Test("user-scoped entries: user A's entry is never served to user B")

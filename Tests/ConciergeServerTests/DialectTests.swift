@@ -149,19 +149,13 @@ struct OAuth2DialectTests {
 /// The WeChat dialect: an app token fetched by Concierge, injected as `?access_token=`.
 @Suite("Dialect: WeChat app token")
 struct WeChatDialectTests {
-    static func start(refreshDelay: Duration = .zero, secret: String = SampleAPIConfiguration.defaultClientSecret,
-                      sessionExtra: String = "", clock: ManualClock? = nil) async throws -> ConciergeTestRig {
-        var environment = DialectTestConfig.environment
-        environment["WECHAT_SECRET"] = secret
-        return try await ConciergeTestRig.start(endpoints: DialectTestConfig.weChatEndpoints, extra: DialectTestConfig.weChat(sessionExtra: sessionExtra),
-                                                apiConfiguration: SampleAPIConfiguration(refreshDelay: refreshDelay, dialect: .wechat),
-                                                environment: environment, clock: clock)
-    }
-
     static func with(refreshDelay: Duration = .zero, secret: String = SampleAPIConfiguration.defaultClientSecret, sessionExtra: String = "",
                      clock: ManualClock? = nil, _ body: (ConciergeTestRig) async throws -> Void) async throws {
-        let rig = try await start(refreshDelay: refreshDelay, secret: secret, sessionExtra: sessionExtra, clock: clock)
-        do { try await body(rig); await rig.stop() } catch { await rig.stop(); throw error }
+        var environment = DialectTestConfig.environment
+        environment["WECHAT_SECRET"] = secret
+        try await ConciergeTestRig.with(endpoints: DialectTestConfig.weChatEndpoints, extra: DialectTestConfig.weChat(sessionExtra: sessionExtra),
+                                        apiConfiguration: SampleAPIConfiguration(refreshDelay: refreshDelay, dialect: .wechat),
+                                        environment: environment, clock: clock, body)
     }
 
     @Test("fetched on first need by exactly one call however many requests wait; injected as ?access_token=; shared entries")
@@ -217,19 +211,14 @@ struct WeChatDialectTests {
 
     @Test("the app token is persisted and survives a restart without a new fetch")
     func survivesRestart() async throws {
-        let rig = try await Self.start()
-        var current = rig
-        do {
+        try await Self.with { rig in
             #expect(try await rig.get("/cgi-bin/items").status == 200)
             #expect(rig.api.state.tokenCalls == 1)
-            current = try await rig.restart(environment: DialectTestConfig.environment)
-            #expect(try await current.get("/cgi-bin/user/info").status == 200)
-            #expect(current.api.state.tokenCalls == 1)
-            #expect(try await current.admin(.GET, "/session").json?[path: "kind"] == "app")
-            await current.stop()
-        } catch {
-            await current.stop()
-            throw error
+            try await rig.withRestart(environment: DialectTestConfig.environment) { current async throws in
+                #expect(try await current.get("/cgi-bin/user/info").status == 200)
+                #expect(current.api.state.tokenCalls == 1)
+                #expect(try await current.admin(.GET, "/session").json?[path: "kind"] == "app")
+            }
         }
     }
 

@@ -11,8 +11,7 @@ struct DiskFullTests {
     func diskFull() async throws {
         let mount = try Tmpfs(sizeKB: 2048)
         defer { mount.unmount() }
-        let rig = try await ConciergeTestRig.start(directory: mount.path + "/state")
-        do {
+        try await ConciergeTestRig.with(directory: mount.path + "/state") { rig in
             try await rig.login("alice")
             #expect(try await rig.get("/api/user/info").json?[path: "data.result.userId"] == "alice")
 
@@ -61,12 +60,9 @@ struct DiskFullTests {
                 try await rig.admin(.GET, "/health", token: nil).json == ["status": "ok"]
             }
             #expect(recovered)
-            let restarted = try await rig.restart()
-            #expect(try await restarted.admin(.GET, "/session").json?[path: "logged_in"] == false)
-            await restarted.stop()
-        } catch {
-            await rig.stop()
-            throw error
+            try await rig.withRestart { restarted async throws in
+                #expect(try await restarted.admin(.GET, "/session").json?[path: "logged_in"] == false)
+            }
         }
     }
 }

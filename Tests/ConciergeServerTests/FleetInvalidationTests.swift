@@ -121,7 +121,7 @@ extension FleetTests {
                     "\(nodes)")
             #expect(try await rigs[0].admin(.POST, "/cache/invalidate?wait=soon", json: ["all": true]).status == 400)
             // A node stopped: still seen in the last minute, so waited for, and named after 5 s.
-            await rigs[2].stop(keepAPI: true, removeDirectory: false)
+            await rigs[2].stop()
             let began = ContinuousClock.now
             let lagging = try await rigs[0].admin(.POST, "/cache/invalidate?wait=fleet", json: ["pattern": "waited=2"])
             let took = ContinuousClock.now - began
@@ -137,20 +137,20 @@ extension FleetTests {
     func stoppedNodeCatchesUp() async throws {
         try await Self.withFleet(nodes: 2) { rigs, cluster, _ in
             #expect(try await rigs[1].get("/cgi-bin/items?kept=1").status == 200)
-            let restarted = try await rigs[1].restart(environment: DialectTestConfig.environment)
-            await restarted.stop(keepAPI: true, removeDirectory: false)
+            // Restarted, then stopped.
+            try await rigs[1].withRestart(environment: DialectTestConfig.environment) { _ in }
             for i in 0..<20 { _ = try await Self.invalidate(rigs[0], ["pattern": .string("absent=\(i)")]) }
-            let back = try await restarted.restart(environment: DialectTestConfig.environment)
-            #expect(try await eventually(.seconds(20)) { try await Self.appliedSeq(back) == 20 })
-            #expect(try await back.get("/cgi-bin/items?kept=1").header("X-Cache") == "HIT", "patterns that match nothing here remove nothing")
+            try await rigs[1].withRestart(environment: DialectTestConfig.environment) { back async throws in
+                #expect(try await eventually(.seconds(20)) { try await Self.appliedSeq(back) == 20 })
+                #expect(try await back.get("/cgi-bin/items?kept=1").header("X-Cache") == "HIT", "patterns that match nothing here remove nothing")
+            }
             // Away while the log lost rows it had not applied (as after `retention`): its cache is emptied.
-            await back.stop(keepAPI: true, removeDirectory: false)
             for i in 0..<5 { _ = try await Self.invalidate(rigs[0], ["pattern": .string("absent=more\(i)")]) }
             try await cluster.sql("DELETE FROM concierge.invalidation WHERE seq <= 22")
-            let late = try await back.restart(environment: DialectTestConfig.environment)
-            #expect(try await eventually(.seconds(20)) { try await Self.appliedSeq(late) == 25 })
-            #expect(try await late.get("/cgi-bin/items?kept=1").header("X-Cache") == "MISS")
-            await late.stop(keepAPI: true)
+            try await rigs[1].withRestart(environment: DialectTestConfig.environment) { late async throws in
+                #expect(try await eventually(.seconds(20)) { try await Self.appliedSeq(late) == 25 })
+                #expect(try await late.get("/cgi-bin/items?kept=1").header("X-Cache") == "MISS")
+            }
         }
     }
 

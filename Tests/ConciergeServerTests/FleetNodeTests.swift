@@ -51,20 +51,25 @@ extension FleetTests {
     @Test("a user PostgreSQL refuses, or sslmode=require against a server without TLS: logged as an error and retried; the daemon serves on, /fleet degraded")
     func refusedCredentialsAreErrors() async throws {
         let cluster = try await PostgresCluster.start()
-        defer { Task { await cluster.stop() } }
-        for (url, words) in [("postgresql://intruder:guess@127.0.0.1:\(cluster.port)/concierge?sslmode=disable", "refused the user or password"),
-                             ("postgresql://concierge:fleet-db-secret@127.0.0.1:\(cluster.port)/concierge?sslmode=require", "offers no TLS")] {
-            let fleet = "fleet:\n  postgres: \"\(url)\"\n  name: test\n  node: refused\n"
-            let rig = try await ConciergeTestRig.start(endpoints: DialectTestConfig.weChatEndpoints, extra: DialectTestConfig.weChat() + "\n" + fleet,
-                                                       apiConfiguration: SampleAPIConfiguration(dialect: .wechat),
-                                                       environment: DialectTestConfig.environment)
-            #expect(try await eventually { rig.logText.contains(words) }, "\(rig.logText.split(separator: "\n").filter { $0.contains("PostgreSQL") && !$0.contains("Starting") })")
-            let line = rig.logText.split(separator: "\n").first { $0.contains(words) } ?? ""
-            #expect(line.contains("ERROR") && !line.contains("fleet-db-secret"), "\(line)")
-            #expect(try await rig.get("/cgi-bin/items?alone=1").status == 200)
-            #expect(try await rig.admin(.GET, "/fleet").json?[path: "state"] == "degraded")
-            await rig.stop()
+        do {
+            for (url, words) in [("postgresql://intruder:guess@127.0.0.1:\(cluster.port)/concierge?sslmode=disable", "refused the user or password"),
+                                 ("postgresql://concierge:fleet-db-secret@127.0.0.1:\(cluster.port)/concierge?sslmode=require", "offers no TLS")] {
+                let fleet = "fleet:\n  postgres: \"\(url)\"\n  name: test\n  node: refused\n"
+                try await ConciergeTestRig.with(endpoints: DialectTestConfig.weChatEndpoints, extra: DialectTestConfig.weChat() + "\n" + fleet,
+                                                apiConfiguration: SampleAPIConfiguration(dialect: .wechat),
+                                                environment: DialectTestConfig.environment) { rig async throws in
+                    #expect(try await eventually { rig.logText.contains(words) }, "\(rig.logText.split(separator: "\n").filter { $0.contains("PostgreSQL") && !$0.contains("Starting") })")
+                    let line = rig.logText.split(separator: "\n").first { $0.contains(words) } ?? ""
+                    #expect(line.contains("ERROR") && !line.contains("fleet-db-secret"), "\(line)")
+                    #expect(try await rig.get("/cgi-bin/items?alone=1").status == 200)
+                    #expect(try await rig.admin(.GET, "/fleet").json?[path: "state"] == "degraded")
+                }
+            }
+        } catch {
+            await cluster.stop()
+            throw error
         }
+        await cluster.stop()
     }
 }
 

@@ -38,23 +38,26 @@ extension FleetTests {
         let api = try await SampleAPI.start()
         FileManager.default.createFile(atPath: cluster.directory + "-fleet.key", contents: Data((0..<32).map { _ in UInt8.random(in: 0...255) }),
                                        attributes: [.posixPermissions: 0o600])
-        var rigs: [ConciergeTestRig] = []
         func tearDown() async {
-            for rig in rigs { await rig.stop(keepAPI: true) }
             await api.shutdown()
             await provider.stop()
             await cluster.stop()
             try? FileManager.default.removeItem(atPath: cluster.directory + "-fleet.key")
         }
         do {
-            for node in 0..<nodes {
+            try await ConciergeTestRig.withFleet(count: nodes, setup: { node in
                 let (endpoints, extra) = providerConfig(provider, cluster: cluster, node: "node-\(node)", timeout: timeout)
-                rigs.append(try await ConciergeTestRig.start(endpoints: endpoints, extra: extra, api: api, configTransform: toProvider(provider)))
+                return RigSetup(endpoints: endpoints, extra: extra, api: api, configTransform: toProvider(provider))
+            }) { rigs in
+                do {
+                    for rig in rigs { #expect(try await fleetIsUp(rig), "node \(rig.adminPort) never reached PostgreSQL") }
+                    try await body(rigs, cluster, provider)
+                } catch {
+                    printLogs(rigs)
+                    throw error
+                }
             }
-            for rig in rigs { #expect(try await fleetIsUp(rig), "node \(rig.adminPort) never reached PostgreSQL") }
-            try await body(rigs, cluster, provider)
         } catch {
-            printLogs(rigs)
             await tearDown()
             throw error
         }

@@ -20,25 +20,22 @@ struct FleetTests {
         let keyFile = cluster.directory + "-fleet.key"
         FileManager.default.createFile(atPath: keyFile, contents: Data((0..<32).map { _ in UInt8.random(in: 0...255) }),
                                        attributes: [.posixPermissions: 0o600])
-        var rigs: [ConciergeTestRig] = []
         do {
-            for node in 0..<nodes {
+            try await ConciergeTestRig.withFleet(count: nodes, setup: { node in
                 let fleet = "fleet:\n  postgres: \"\(cluster.url)\"\n  name: test\n  node: node-\(node)\n  key_file: \(keyFile)\n"
                     + "  shared_cache: \(sharedCache)\n  timeout: \(timeout)\n"
-                rigs.append(try await ConciergeTestRig.start(endpoints: DialectTestConfig.weChatEndpoints,
-                                                             extra: DialectTestConfig.weChat() + "\n" + fleet, api: api,
-                                                             environment: DialectTestConfig.environment))
+                return RigSetup(endpoints: DialectTestConfig.weChatEndpoints, extra: DialectTestConfig.weChat() + "\n" + fleet, api: api,
+                                environment: DialectTestConfig.environment)
+            }) { rigs in
+                for rig in rigs { #expect(try await Self.fleetIsUp(rig), "node \(rig.adminPort) never reached PostgreSQL") }
+                try await body(rigs, cluster, api)
             }
-            for rig in rigs { #expect(try await Self.fleetIsUp(rig), "node \(rig.adminPort) never reached PostgreSQL") }
-            try await body(rigs, cluster, api)
         } catch {
-            for rig in rigs { await rig.stop(keepAPI: true) }
             await api.shutdown()
             await cluster.stop()
             try? FileManager.default.removeItem(atPath: keyFile)
             throw error
         }
-        for rig in rigs { await rig.stop(keepAPI: true) }
         await api.shutdown()
         await cluster.stop()
         try? FileManager.default.removeItem(atPath: keyFile)
@@ -165,39 +162,36 @@ extension FleetTests {
     func rotationStorm() async throws {
         let cluster = try await PostgresCluster.start()
         let api = try await SampleAPI.start(configuration: SampleAPIConfiguration(dialect: .oauth2))
-        var rigs: [ConciergeTestRig] = []
         do {
-            for node in 0..<3 {
+            try await ConciergeTestRig.withFleet(count: 3, setup: { node in
                 let fleet = "fleet:\n  postgres: \"\(cluster.url)\"\n  name: oauth\n  node: node-\(node)\n"
-                rigs.append(try await ConciergeTestRig.start(endpoints: DialectTestConfig.oauth2Endpoints,
-                                                             extra: DialectTestConfig.oauth2() + "\n" + fleet, api: api,
-                                                             environment: DialectTestConfig.environment))
-            }
-            for rig in rigs { #expect(try await Self.fleetIsUp(rig)) }
-            let login = try await OAuth2DialectTests.login(rigs[0])
-            #expect(login.status == 200)
-            let last = rigs[2]
-            #expect(try await eventually { try await last.admin(.GET, "/session").json?[path: "logged_in"] == true })
-            api.state.advanceClock(by: .seconds(3 * 3600))
-            let nodes = rigs
-            let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
-                for (n, rig) in nodes.enumerated() {
-                    for i in 0..<100 { group.addTask { try await rig.get("/api/items?n=\(n)-\(i)").status } }
+                return RigSetup(endpoints: DialectTestConfig.oauth2Endpoints, extra: DialectTestConfig.oauth2() + "\n" + fleet, api: api,
+                                environment: DialectTestConfig.environment)
+            }) { rigs in
+                for rig in rigs { #expect(try await Self.fleetIsUp(rig)) }
+                let login = try await OAuth2DialectTests.login(rigs[0])
+                #expect(login.status == 200)
+                let last = rigs[2]
+                #expect(try await eventually { try await last.admin(.GET, "/session").json?[path: "logged_in"] == true })
+                api.state.advanceClock(by: .seconds(3 * 3600))
+                let nodes = rigs
+                let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+                    for (n, rig) in nodes.enumerated() {
+                        for i in 0..<100 { group.addTask { try await rig.get("/api/items?n=\(n)-\(i)").status } }
+                    }
+                    var all: [Int] = []
+                    for try await status in group { all.append(status) }
+                    return all
                 }
-                var all: [Int] = []
-                for try await status in group { all.append(status) }
-                return all
+                #expect(statuses.allSatisfy { $0 == 200 }, "\(Dictionary(grouping: statuses, by: { $0 }).mapValues(\.count))")
+                #expect(api.state.refreshCalls == 1)
+                for rig in rigs { #expect(try await rig.admin(.GET, "/session").json?[path: "logged_in"] == true) }
             }
-            #expect(statuses.allSatisfy { $0 == 200 }, "\(Dictionary(grouping: statuses, by: { $0 }).mapValues(\.count))")
-            #expect(api.state.refreshCalls == 1)
-            for rig in rigs { #expect(try await rig.admin(.GET, "/session").json?[path: "logged_in"] == true) }
         } catch {
-            for rig in rigs { await rig.stop(keepAPI: true) }
             await api.shutdown()
             await cluster.stop()
             throw error
         }
-        for rig in rigs { await rig.stop(keepAPI: true) }
         await api.shutdown()
         await cluster.stop()
     }

@@ -16,20 +16,14 @@ struct FleetTokenTests {
                           environment: [String: String] = DialectTestConfig.environment,
                           configTransform: (@Sendable (String) -> String)? = nil, clock: ManualClock? = nil,
                           _ body: ([ConciergeTestRig]) async throws -> Void) async throws {
-        var rigs: [ConciergeTestRig] = []
-        do {
-            for node in 0..<nodes {
-                let fleet = "fleet:\n  postgres: \"\(cluster.url)\"\n  name: test\n  node: node-\(node)\n  timeout: 1s\n"
-                rigs.append(try await ConciergeTestRig.start(endpoints: endpoints, extra: extra + "\n" + fleet, api: api,
-                                                             configTransform: configTransform, environment: environment, clock: clock))
-            }
+        try await ConciergeTestRig.withFleet(count: nodes, setup: { node in
+            let fleet = "fleet:\n  postgres: \"\(cluster.url)\"\n  name: test\n  node: node-\(node)\n  timeout: 1s\n"
+            return RigSetup(endpoints: endpoints, extra: extra + "\n" + fleet, api: api, configTransform: configTransform,
+                            environment: environment, clock: clock)
+        }) { rigs in
             for rig in rigs { #expect(try await FleetTests.fleetIsUp(rig), "node \(rig.adminPort) never reached PostgreSQL") }
             try await body(rigs)
-        } catch {
-            for rig in rigs { await rig.stop(keepAPI: true) }
-            throw error
         }
-        for rig in rigs { await rig.stop(keepAPI: true) }
     }
 
     @Test("a fleet of 3 with a wrong secret paces as one: 3 × 100 requests in 3 s make at most 4 token requests, every reply unavailable with Retry-After")

@@ -21,18 +21,17 @@ struct HostileInputTests {
               upstream: rec
               envelope: false
             """
-        let rig = try await ConciergeTestRig.start(endpoints: endpoints, extra: extra) { yaml in
-            yaml.replacingOccurrences(of: "upstreams:\n", with: "upstreams:\n  rec: http://127.0.0.1:\(upstream.port)\n")
-                .replacingOccurrences(of: "  admin: 127.0.0.1:0\n", with: "  admin: 127.0.0.1:0\n\(listenExtra)")
-        }
         do {
-            try await body(rig, upstream)
+            try await ConciergeTestRig.with(endpoints: endpoints, extra: extra, configTransform: { yaml in
+                yaml.replacingOccurrences(of: "upstreams:\n", with: "upstreams:\n  rec: http://127.0.0.1:\(upstream.port)\n")
+                    .replacingOccurrences(of: "  admin: 127.0.0.1:0\n", with: "  admin: 127.0.0.1:0\n\(listenExtra)")
+            }) { rig in
+                try await body(rig, upstream)
+            }
         } catch {
-            await rig.stop()
             await upstream.stop()
             throw error
         }
-        await rig.stop()
         await upstream.stop()
     }
 
@@ -314,9 +313,8 @@ struct HostileInputTests {
     func debugLogHasNoSecrets() async throws {
         let password = "pw-Zx81q-hunter2"
         let signSecret = "sg-4471-very-private"
-        let rig = try await ConciergeTestRig.start(extra: "signing: { secret: \"${SIGN_SECRET}\", algorithm: hmac-sha256 }\n",
-                                                   environment: ["SIGN_SECRET": signSecret])
-        do {
+        try await ConciergeTestRig.with(extra: "signing: { secret: \"${SIGN_SECRET}\", algorithm: hmac-sha256 }\n",
+                                        environment: ["SIGN_SECRET": signSecret]) { rig in
             let login = try await rig.post("/api/login", form: "username=alice&password=\(password)")
             #expect(login.status == 200)
             let access = try #require(login.json?[path: "data.result.accessToken"]?.stringValue)
@@ -336,10 +334,6 @@ struct HostileInputTests {
             for secret in [password, signSecret, access, refresh] {
                 #expect(!log.contains(secret), "log contains a secret: \(secret.prefix(4))…")
             }
-            await rig.stop()
-        } catch {
-            await rig.stop()
-            throw error
         }
     }
 }

@@ -153,32 +153,28 @@ struct PerClientInstanceTests {
                 body: { token: "{refresh_token}", client_id: "${OAUTH_CLIENT_ID}", client_secret: "${OAUTH_CLIENT_SECRET}" }
             """
         let extra = DialectTestConfig.oauth2(sessionExtra: "  per_client: { header: Concierge-Session, max: 10, idle: 1h }\n" + revoke)
-        var rig = try await ConciergeTestRig.start(endpoints: DialectTestConfig.oauth2Endpoints, extra: extra,
-                                                   apiConfiguration: SampleAPIConfiguration(dialect: .oauth2),
-                                                   environment: DialectTestConfig.environment, clock: clock)
-        do {
+        try await ConciergeTestRig.with(endpoints: DialectTestConfig.oauth2Endpoints, extra: extra,
+                                        apiConfiguration: SampleAPIConfiguration(dialect: .oauth2),
+                                        environment: DialectTestConfig.environment, clock: clock) { rig in
             #expect(try await PerClientSessionTests.login(rig, "alice", id: Self.alice).status == 200)
             #expect(try await PerClientSessionTests.login(rig, "bob", id: Self.bob).status == 200)
             #expect(rig.api.state.liveRefreshTokens == 2)
-            rig = try await rig.restart(environment: DialectTestConfig.environment)
-            let table = try #require(rig.daemon.sessions.defaultUnit.instances)
-            #expect(table.loadedCount == 0 && table.liveCount == 2, "stored, not loaded")
-            clock.advance(by: 1800)
-            #expect(try await PerClientSessionTests.me(rig, id: Self.bob).json?[path: "id"] == "bob")
-            #expect(table.loadedCount == 1)
-            clock.advance(by: 1860)
-            await rig.daemon.sessions.sweepIdle(now: clock.wallClock.date)
-            #expect(table.liveCount == 1)
-            #expect(try await PerClientSessionTests.me(rig, id: Self.alice).status == 401)
-            #expect(try await PerClientSessionTests.me(rig, id: Self.bob).json?[path: "id"] == "bob")
-            let api = rig.api
-            #expect(try await eventually { api.state.liveRefreshTokens == 1 }, "alice's refresh token revoked")
-            #expect(rig.logText.contains("per-client instance idle: logged out"))
-        } catch {
-            await rig.stop()
-            throw error
+            try await rig.withRestart(environment: DialectTestConfig.environment) { rig in
+                let table = try #require(rig.daemon.sessions.defaultUnit.instances)
+                #expect(table.loadedCount == 0 && table.liveCount == 2, "stored, not loaded")
+                clock.advance(by: 1800)
+                #expect(try await PerClientSessionTests.me(rig, id: Self.bob).json?[path: "id"] == "bob")
+                #expect(table.loadedCount == 1)
+                clock.advance(by: 1860)
+                await rig.daemon.sessions.sweepIdle(now: clock.wallClock.date)
+                #expect(table.liveCount == 1)
+                #expect(try await PerClientSessionTests.me(rig, id: Self.alice).status == 401)
+                #expect(try await PerClientSessionTests.me(rig, id: Self.bob).json?[path: "id"] == "bob")
+                let api = rig.api
+                #expect(try await eventually { api.state.liveRefreshTokens == 1 }, "alice's refresh token revoked")
+                #expect(rig.logText.contains("per-client instance idle: logged out"))
+            }
         }
-        await rig.stop()
     }
 
     @Test("the last use of stored instances: recorded, never moved back; a row without one counts from when its tokens were set")

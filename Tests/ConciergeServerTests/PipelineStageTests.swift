@@ -9,6 +9,7 @@ import Synchronization
 import Testing
 
 @testable import ConciergeServer
+@testable import ConciergeServerFuzzing
 
 /// An upstream made of a script: each request gets what the script answers, no network.
 final class ScriptedTransport: UpstreamTransport {
@@ -51,8 +52,8 @@ final class ScriptedTransport: UpstreamTransport {
     }
 }
 
-/// The pipeline's stages over a scripted upstream, a real SQLite file in a temp directory,
-/// and the real session, refresher and counters: no sockets.
+/// The pipeline's stages over a scripted upstream (``ScriptedPipeline``, the construction the
+/// fuzz target's rigs share): no sockets.
 struct StageFixture {
     static let yaml = """
         upstreams:
@@ -87,8 +88,8 @@ struct StageFixture {
     let directory: URL
     let cache: CacheStore
     let session: SessionState
-    let stats = ProxyStats()
-    let events = EventBus()
+    let stats: ProxyStats
+    let events: EventBus
     let transport: ScriptedTransport
     let runtime: Runtime
     let pipeline: ProxyPipeline
@@ -101,24 +102,12 @@ struct StageFixture {
     ///   - encodedHits: hot entries get their head encoded, as in the daemon (hits as ready bytes).
     init(yaml: String = StageFixture.yaml, encodedHits: Bool = false, streaming: ScriptedTransport.StreamScript? = nil,
          _ script: @escaping ScriptedTransport.Script) throws {
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("concierge-stages-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let logger = Logger(label: "stages") { _ in SwiftLogNoOpLogHandler() }
-        let config = try ConfigLoader.parse(yaml: yaml + "\nstorage:\n  path: \(directory.path)/c.sqlite\n")
-        let database = try StorageDatabase(path: "\(directory.path)/c.sqlite", logger: logger)
-        cache = try CacheStore(database: database, maxBytes: 64 << 20, memoryBytes: 8 << 20, logger: logger,
-                               keepsAttachments: encodedHits)
+        transport = ScriptedTransport(script, streaming: streaming)
+        let scripted = try ScriptedPipeline(yaml: yaml, label: "stages", transport: transport, encodedHits: encodedHits)
+        (directory, cache, session, stats, events) = (scripted.directory, scripted.cache, scripted.session, scripted.stats, scripted.events)
+        (runtime, sessions, pipeline) = (scripted.runtime, scripted.sessions, scripted.pipeline)
         let cache = self.cache
         writer = Task { await cache.run() }
-        session = try SessionState(store: SessionStore(database: database), logger: logger)
-        transport = ScriptedTransport(script, streaming: streaming)
-        let lifecycle = SessionLifecycle(session: session, cache: cache, stats: stats, events: events, logger: logger)
-        runtime = Runtime(config: config)
-        let sessions = try SessionRegistry(parts: .init(database: database, cache: cache, transport: transport, runtime: runtime, logger: logger),
-                                           base: lifecycle, perClientDefault: config.session.perClient)
-        self.sessions = sessions
-        runtime.bind(sessions.bind)
-        pipeline = ConciergeDaemon.makePipeline(runtime: runtime, sessions: sessions, transport: transport, logger: logger)
     }
 
     func login(_ user: String, access: String = "at-1", refresh: String = "rt-1") async throws {

@@ -70,28 +70,25 @@ struct RealProviderPerClientTests {
     @Test("two users through two instances at once; a storm on expired tokens: one refresh grant per user, nobody logged out; logging one out revokes it and leaves the other live, also after a restart")
     func twoUsersStormAndLogout() async throws {
         let provider = try await OAuthProvider.start()
-        var rig: ConciergeTestRig?
         do {
             let (endpoints, extra) = Self.config()
-            var current = try await ConciergeTestRig.start(endpoints: endpoints, extra: extra, configTransform: { yaml in
+            try await ConciergeTestRig.with(endpoints: endpoints, extra: extra, configTransform: { yaml in
                 yaml.replacingOccurrences(of: "upstreams:\n", with: "upstreams:\n  idp: \(provider.baseURL)\n")
                     .replacingOccurrences(of: "environment: debug\n", with: "environment: idp\n")
-            })
-            rig = current
-            try await Self.stormAndLogout(current, provider)
-            // Bob's instance is stored, not loaded, after a restart: its first use reads it.
-            current = try await current.restart()
-            rig = current
-            let again = try await Self.me(current, id: Self.bob)
-            #expect(again.status == 200)
-            #expect(again.json?[path: "user"] == "bob")
-            #expect(try await Self.me(current, id: Self.alice).status == 401)
+            }) { rig in
+                try await Self.stormAndLogout(rig, provider)
+                // Bob's instance is stored, not loaded, after a restart: its first use reads it.
+                try await rig.withRestart { current in
+                    let again = try await Self.me(current, id: Self.bob)
+                    #expect(again.status == 200)
+                    #expect(again.json?[path: "user"] == "bob")
+                    #expect(try await Self.me(current, id: Self.alice).status == 401)
+                }
+            }
         } catch {
-            await rig?.stop()
             await provider.stop()
             throw error
         }
-        await rig?.stop()
         await provider.stop()
     }
 

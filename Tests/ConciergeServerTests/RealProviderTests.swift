@@ -50,16 +50,11 @@ struct RealProviderTests {
         let provider = try await OAuthProvider.start()
         do {
             let (endpoints, extra) = config(port: provider.port, secret: secret)
-            let rig = try await ConciergeTestRig.start(endpoints: endpoints, extra: extra, configTransform: { yaml in
+            try await ConciergeTestRig.with(endpoints: endpoints, extra: extra, configTransform: { yaml in
                 yaml.replacingOccurrences(of: "upstreams:\n", with: "upstreams:\n  idp: \(provider.baseURL)\n")
                     .replacingOccurrences(of: "environment: debug\n", with: "environment: idp\n")
-            })
-            do {
+            }) { rig in
                 try await body(rig, provider)
-                await rig.stop()
-            } catch {
-                await rig.stop()
-                throw error
             }
         } catch {
             await provider.stop()
@@ -112,10 +107,10 @@ struct RealProviderTests {
     func restartSurvival() async throws {
         try await Self.with { rig, _ in
             #expect(try await Self.login(rig).status == 200)
-            let restarted = try await rig.restart()
-            let me = try await restarted.get("/api/me")
-            #expect(me.status == 200)
-            await restarted.stop()
+            try await rig.withRestart { restarted in
+                let me = try await restarted.get("/api/me")
+                #expect(me.status == 200)
+            }
         }
     }
 

@@ -139,13 +139,14 @@ struct SessionTests {
 
     @Test("the session survives a restart")
     func sessionSurvivesRestart() async throws {
-        let rig = try await ConciergeTestRig.start()
-        try await rig.login("erin")
-        let restarted = try await rig.restart()
-        let info = try await restarted.get("/api/user/info")
-        #expect(info.code == 200)
-        #expect(info.json?[path: "data.result.userId"] == "erin")
-        await restarted.stop()
+        try await ConciergeTestRig.with { rig in
+            try await rig.login("erin")
+            try await rig.withRestart { restarted in
+                let info = try await restarted.get("/api/user/info")
+                #expect(info.code == 200)
+                #expect(info.json?[path: "data.result.userId"] == "erin")
+            }
+        }
     }
 
     @Test("tokens never appear in the log output, neither the session's nor one a client sent")

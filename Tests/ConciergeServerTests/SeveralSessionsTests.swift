@@ -53,9 +53,8 @@ struct SeveralAppTokenSessionsTests {
                      _ body: (ConciergeTestRig) async throws -> Void) async throws {
         var api = SampleAPIConfiguration(refreshDelay: refreshDelay, dialect: .wechat)
         api.moreAppIDs = apps
-        let rig = try await ConciergeTestRig.start(endpoints: endpoints, extra: extra(withDefault: withDefault), apiConfiguration: api,
-                                                   configTransform: { $0.replacingOccurrences(of: "listen:\n", with: "listen:\n  session_header: true\n") })
-        do { try await body(rig); await rig.stop() } catch { await rig.stop(); throw error }
+        try await ConciergeTestRig.with(endpoints: endpoints, extra: extra(withDefault: withDefault), apiConfiguration: api,
+                                        configTransform: { $0.replacingOccurrences(of: "listen:\n", with: "listen:\n  session_header: true\n") }, body)
     }
 
     /// `count` concurrent GETs of `path(i)` choosing `session`; the replies' JSON.

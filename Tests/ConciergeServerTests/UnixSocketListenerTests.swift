@@ -70,12 +70,12 @@ struct UnixSocketListenerTests {
 
     /// Listeners: TCP, an open socket (0666) and a group socket (0660, group 4242); the session
     /// lists uid 4001 and group 4242 when `clients`.
-    static func start(clients: Bool) async throws -> (ConciergeTestRig, open: String, grouped: String) {
+    static func withRig(clients: Bool, _ body: (ConciergeTestRig, _ open: String, _ grouped: String) async throws -> Void) async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("cc-unix-\(UUID().uuidString.prefix(8))").path
         let (open, grouped) = (directory + "/open.sock", directory + "/group.sock")
         var extra = ""
         if clients { extra = TestConfig.defaultSession + "\n  clients: { uids: [4001], gids: [4242] }\n" }
-        let rig = try await ConciergeTestRig.start(extra: extra, directory: directory, configTransform: { yaml in
+        try await ConciergeTestRig.with(extra: extra, directory: directory, configTransform: { yaml in
             yaml.replacingOccurrences(of: "  proxy: 127.0.0.1:0\n", with: """
                   proxy:
                     - 127.0.0.1:0
@@ -83,44 +83,33 @@ struct UnixSocketListenerTests {
                     - { address: "unix:\(grouped)", group: 4242 }
 
                 """)
-        })
-        return (rig, open, grouped)
-    }
-
-    /// ``start(clients:)``, the body, then the daemon stopped whatever the body did.
-    static func withRig(clients: Bool, _ body: (ConciergeTestRig, _ open: String, _ grouped: String) async throws -> Void) async throws {
-        let (rig, open, grouped) = try await start(clients: clients)
-        do {
+        }) { rig in
             try await body(rig, open, grouped)
-            await rig.stop()
-        } catch {
-            await rig.stop()
-            throw error
         }
     }
 
     @Test("the socket files get their mode and group, and are removed at shutdown")
     func socketFiles() async throws {
-        let (rig, open, grouped) = try await Self.start(clients: false)
-        var status = stat()
-        #expect(lstat(open, &status) == 0)
-        #expect(status.st_mode & S_IFMT == S_IFSOCK)
-        #expect(status.st_mode & 0o7777 == 0o666)
-        #expect(lstat(grouped, &status) == 0)
-        #expect(status.st_mode & 0o7777 == 0o660)
-        #expect(status.st_gid == 4242)
-        #expect(status.st_uid == geteuid())
-        // No private directory of the binding is left beside them.
-        let names = try FileManager.default.contentsOfDirectory(atPath: rig.directory)
-        #expect(!names.contains { $0.hasPrefix(".c") })
-        // A reload keeps the listeners and their files (addresses change only on restart).
-        let reload = try await rig.admin(.POST, "/reload")
-        #expect(reload.status == 200)
-        #expect(lstat(open, &status) == 0)
-        await rig.stop(removeDirectory: false)
-        #expect(lstat(open, &status) != 0 && errno == ENOENT)
-        #expect(lstat(grouped, &status) != 0 && errno == ENOENT)
-        try? FileManager.default.removeItem(atPath: rig.directory)
+        try await Self.withRig(clients: false) { rig, open, grouped in
+            var status = stat()
+            #expect(lstat(open, &status) == 0)
+            #expect(status.st_mode & S_IFMT == S_IFSOCK)
+            #expect(status.st_mode & 0o7777 == 0o666)
+            #expect(lstat(grouped, &status) == 0)
+            #expect(status.st_mode & 0o7777 == 0o660)
+            #expect(status.st_gid == 4242)
+            #expect(status.st_uid == geteuid())
+            // No private directory of the binding is left beside them.
+            let names = try FileManager.default.contentsOfDirectory(atPath: rig.directory)
+            #expect(!names.contains { $0.hasPrefix(".c") })
+            // A reload keeps the listeners and their files (addresses change only on restart).
+            let reload = try await rig.admin(.POST, "/reload")
+            #expect(reload.status == 200)
+            #expect(lstat(open, &status) == 0)
+            await rig.stop()
+            #expect(lstat(open, &status) != 0 && errno == ENOENT)
+            #expect(lstat(grouped, &status) != 0 && errno == ENOENT)
+        }
     }
 
     @Test("a session with clients: unlisted peers (root, nobody) get 403 and nothing reaches the upstream; a listed uid or group gets through",

@@ -25,16 +25,13 @@ struct UpstreamFaultTests {
         defer { refusing.close() }
         let gone = refusing.port
         let port = upstream.port
-        let rig = try await ConciergeTestRig.start(endpoints: TestConfig.defaultEndpoints + "\n" + endpoints, configTransform: { yaml in
-            yaml.replacingOccurrences(of: "  down: http://127.0.0.1:1\n",
-                                      with: "  down: http://127.0.0.1:1\n  scripted: http://127.0.0.1:\(port)\n  gone: http://127.0.0.1:\(gone)\n")
-        }, clock: clock)
         do {
-            try await body(rig)
-            await rig.stop()
+            try await ConciergeTestRig.with(endpoints: TestConfig.defaultEndpoints + "\n" + endpoints, configTransform: { yaml in
+                yaml.replacingOccurrences(of: "  down: http://127.0.0.1:1\n",
+                                          with: "  down: http://127.0.0.1:1\n  scripted: http://127.0.0.1:\(port)\n  gone: http://127.0.0.1:\(gone)\n")
+            }, clock: clock, body)
             upstream.stop()
         } catch {
-            await rig.stop()
             upstream.stop()
             throw error
         }

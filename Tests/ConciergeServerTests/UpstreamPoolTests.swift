@@ -382,16 +382,9 @@ struct UpstreamPoolTests {
 
     /// A daemon whose config adds `upstreamLines` under `upstreams:` and `endpoints`.
     func withRig(upstreamLines: String, endpoints: String, _ body: (ConciergeTestRig) async throws -> Void) async throws {
-        let rig = try await ConciergeTestRig.start(endpoints: TestConfig.defaultEndpoints + "\n" + endpoints) { yaml in
+        try await ConciergeTestRig.with(endpoints: TestConfig.defaultEndpoints + "\n" + endpoints, configTransform: { yaml in
             yaml.replacingOccurrences(of: "  down: http://127.0.0.1:1\n", with: "  down: http://127.0.0.1:1\n" + upstreamLines)
-        }
-        do {
-            try await body(rig)
-        } catch {
-            await rig.stop()
-            throw error
-        }
-        await rig.stop()
+        }, body)
     }
 
     @Test("daemon: sequential misses on one client connection run on its event loop and reuse one upstream connection")
