@@ -21,7 +21,10 @@ extension FleetTests {
             let rig = rigs[0]
             #expect(try await rig.get("/cgi-bin/items?dashboard=1").status == 200)
             #expect(try await rig.get("/cgi-bin/items?dashboard=1").status == 200)
-            #expect(try await rig.admin(.POST, "/cache/invalidate", json: ["pattern": .string("dashboard")]).status == 200)
+            // 202 when PostgreSQL answered slower than `fleet.timeout` (a loaded machine): applied
+            // here, the fleet's log pending; either way the invalidation's metrics are registered.
+            let invalidation = try await rig.admin(.POST, "/cache/invalidate", json: ["pattern": .string("dashboard")])
+            #expect([200, 202].contains(invalidation.status), "\(invalidation.status) \(invalidation.text)")
             let metrics = try await rig.admin(.GET, "/metrics").text
             let exposed = Self.exposedNames(in: metrics)
             for (file, names) in referenced {
