@@ -164,9 +164,8 @@ struct ProxyListener: Service {
     }
 
     /// A proxy connection's handlers: NIO's HTTP/1.1 response encoder, ``RepeatedHitHandler``
-    /// (a read that repeats a head answered from the hot tier is answered without parsing; a
-    /// plain head is handed on as typed parts past the decoder), NIO's request decoder,
-    /// ``DecodedReadWatch`` (counts what the decoder delivers in a read), then ``ProxyHTTPHandler``.
+    /// (a read that repeats a head answered from the hot tier is answered without parsing),
+    /// NIO's request decoder, then ``ProxyHTTPHandler``.
     ///
     /// Not NIO's `configureHTTPServerPipeline`: ``ProxyHTTPHandler`` orders pipelined requests
     /// itself and writes hits as ready bytes below the encoder, so the encoder must frame each
@@ -177,12 +176,10 @@ struct ProxyListener: Service {
     static func configureConnection(_ pipeline: ChannelPipeline.SynchronousOperations, responder: any ProxyResponder,
                                     requests: RequestWorkQueue, identity: ConnectionIdentity = .anonymous,
                                     logger: Logger = ProxyHTTPHandler.quietLogger) throws {
-        let watch = DecodedReadWatch(responder: responder)
-        let proxy = ProxyHTTPHandler(responder: responder, requests: requests, identity: identity, decodedReads: watch, logger: logger)
+        let proxy = ProxyHTTPHandler(responder: responder, requests: requests, identity: identity, logger: logger)
         try pipeline.addHandler(HTTPResponseEncoder())
-        try pipeline.addHandler(RepeatedHitHandler(proxy: proxy, watch: watch))
+        try pipeline.addHandler(RepeatedHitHandler(proxy: proxy))
         try pipeline.addHandler(ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes)))
-        try pipeline.addHandler(watch)
         try pipeline.addHandler(proxy)
     }
 }
