@@ -10,7 +10,9 @@ set -euo pipefail
 
 deb=$(readlink -f "${1:?usage: scripts/test-deb.sh concierge_VERSION_ARCH.deb}")
 [ "$(id -u)" = 0 ] || { echo "test-deb: needs root (dpkg -i)" >&2; exit 2; }
-if dpkg-query -W -f '${Status}' concierge 2>/dev/null | grep -q installed || [ -e /etc/concierge ] || [ -e /var/lib/private/concierge ]; then
+# dpkg may remember a purged package as "not-installed" (after an interrupted install, say): that is not an installation.
+status=$(dpkg-query -W -f '${db:Status-Status}' concierge 2>/dev/null || true)
+if { [ -n "$status" ] && [ "$status" != not-installed ]; } || [ -e /etc/concierge ] || [ -e /var/lib/private/concierge ]; then
     echo "test-deb: Concierge is already installed here (or /etc/concierge exists): not touching it" >&2
     exit 2
 fi
