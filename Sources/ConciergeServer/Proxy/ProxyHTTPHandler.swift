@@ -11,7 +11,7 @@ import NIOHTTP1
 /// planned once (``ProxyResponder/plan(_:encoded:)``, a ``RequestPlan``) and the plan carried
 /// out: a fresh hot-tier hit is answered right here from the stored buffer, with no task (and a
 /// read that repeats a head answered so before, without even the decoder: ``RepeatedHitHandler``
-/// calls ``answerRepeatedHit(_:context:)``), and so is the usual miss (by callbacks:
+/// hands it on as a ``RecognisedRead``), and so is the usual miss (by callbacks:
 /// ``ProxyResponder/missOnLoop(_:on:answer:)``); any other plan becomes work on the
 /// connection's ``ConnectionLane`` (a child task of ``ProxyListener/run()`` on this loop) that
 /// writes its whole reply back through the channel. Every reply goes out through
@@ -30,7 +30,7 @@ import NIOHTTP1
 /// for a generic class run the unspecialized code (every `unwrapInboundIn` then looked up
 /// run-time metadata and cast dynamically: ~1k instructions a part). The responder is an
 /// existential; a call to it is one indirect call.
-final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
+final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler, RecognisedReadReceiver {
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundIn = HTTPServerResponsePart
     typealias OutboundOut = HTTPServerResponsePart
@@ -58,14 +58,15 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var routeMemo = ConnectionRouteMemo()
     /// The route decided when the last head arrived, for the request it dispatches (routed once).
     private var routeOfNextDispatch: PreparedRequest.Route?
-    /// The read the decoder is given, while it reads it (``RepeatedHitHandler``): what a parser error is judged by.
-    var decoderInput: ByteBuffer?
+    /// What the decoder delivers from a read ``RepeatedHitHandler`` watches, and the hit answered for it.
+    private let watch: DecodedReadWatch
     /// The body of the running request while it streams in.
     private var streamedBody: (continuation: AsyncThrowingStream<ByteBuffer, any Error>.Continuation, outcome: ClientBodyOutcome)?
 
     init(responder: any ProxyResponder, requests: RequestWorkQueue, identity: ConnectionIdentity = .anonymous,
-         logger: Logger = ProxyHTTPHandler.quietLogger) {
+         watch: DecodedReadWatch, logger: Logger = ProxyHTTPHandler.quietLogger) {
         (self.responder, self.requests, self.identity, self.logger) = (responder, requests, identity, logger)
+        self.watch = watch
         machine = ProxyConnectionStateMachine(limits: .init(responder.currentConfig.settings.limits))
     }
 
@@ -103,9 +104,22 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// A part of a request as the decoder delivers it: from NIO's decoder, or read without it
     /// by ``RepeatedHitHandler`` (``PlainRequestHead``), in the same order.
-    func receiveDecoded(_ part: HTTPServerRequestPart, context: ChannelHandlerContext) {
-        if watch.watching { watch.count(part) }
+    private func receiveDecoded(_ part: HTTPServerRequestPart, context: ChannelHandlerContext) {
+        watch.count(part)
         if let event = machine.admit(.part(part)) { handle(event, context: context) }
+    }
+
+    /// What ``RepeatedHitHandler`` recognised: a repeated read answered (or not), a plain head
+    /// received as its head and end.
+    func receive(_ read: RecognisedRead, context: ChannelHandlerContext) -> Bool {
+        switch read {
+        case .repeated(let bytes):
+            return answerRepeatedHit(bytes, context: context)
+        case .plainHead(let head):
+            receiveDecoded(.head(head), context: context)
+            receiveDecoded(.end(nil), context: context)
+            return true
+        }
     }
 
     /// Reading goes on while a reply is produced, until something arrives for a later request
@@ -124,9 +138,9 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        if watch.watching { watch.others += 1 }
+        watch.errorSeen()
         if let parserError = error as? HTTPParserError {
-            let refined = RequestHeadCheck.refined(parserError, read: decoderInput)
+            let refined = RequestHeadCheck.refined(parserError, read: watch.input)
             if let event = machine.admit(.parserError(refined)) { handle(event, context: context) }
         } else {
             execute(machine.connectionFailed(), context: context)
@@ -300,69 +314,17 @@ final class ProxyHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let next = machine.replyFinished(request: request.id, keepAlive: true, now: context.eventLoop.now)
         writer.write(hit)
         responder.log(incoming, hit.answer, started: request.started)
-        if watch.watching {
-            watch.hits += 1
-            // Never a traced request's bytes: its `traceparent` is read each time.
-            watchedHit = incoming.trace == nil ? recipe.map { (incoming, $0) } : nil
-        }
+        watch.hitAnswered(incoming, recipe: recipe)
         execute(next, context: context)
         resumeAfterReply(context: context)
     }
 
     // MARK: - Requests recognised by their bytes (RepeatedHitHandler)
 
-    /// What the request decoder delivered during one read that ``RepeatedHitHandler`` passed
-    /// to it, and the hits answered meanwhile (plain counts: checked on every request).
-    struct ReadWatch {
-        var watching = false
-        var heads = 0
-        var ends = 0
-        /// Body parts, errors, and heads after which the decoder reads no next request.
-        var others = 0
-        var hits = 0
-
-        mutating func count(_ part: HTTPServerRequestPart) {
-            switch part {
-            case .head(let head):
-                heads += 1
-                if !RequestHeadBoundary.decodingGoesOn(after: head) { others += 1 }
-            case .body: others += 1
-            case .end: ends += 1
-            }
-        }
-    }
-
-    private var watch = ReadWatch()
-    /// The hit answered during the watched read, when the hit memo keeps its recipe.
-    private var watchedHit: (incoming: IncomingRequest, recipe: HitMemo.Recipe)?
-
-    /// Before a read goes to the request decoder: what it delivers is counted until ``endWatch(_:)``.
-    func beginWatch() {
-        watch = ReadWatch(watching: true)
-    }
-
-    /// After a read went to the decoder: whether it delivered exactly one request without a
-    /// body and nothing else. If that request was answered as a remembered hit, the read's
-    /// `bytes` (`nil`: not to be remembered) are remembered with it
-    /// (``ProxyResponder/rememberReplay(_:incoming:recipe:)``).
-    func endWatch(_ bytes: ByteBuffer?) -> Bool {
-        let seen = watch
-        watch = ReadWatch()
-        var hit: (incoming: IncomingRequest, recipe: HitMemo.Recipe)?
-        if seen.hits > 0 {
-            hit = watchedHit
-            watchedHit = nil
-        }
-        guard seen.watching, seen.heads == 1, seen.ends == 1, seen.others == 0 else { return false }
-        if let bytes, seen.hits == 1, let (incoming, recipe) = hit {
-            responder.rememberReplay(bytes, incoming: incoming, recipe: recipe)
-        }
-        return true
-    }
-
-    /// A request recognised by its bytes, answered from the hot tier without parsing them: only
-    /// between requests, with nothing waiting. `false`: the bytes go to the request decoder.
-    func answerRepeatedHit(_ bytes: ByteBuffer, context: ChannelHandlerContext) -> Bool {
+    /// A request recognised by its bytes (``RecognisedRead/repeated(_:)``), answered from the hot tier without
+    /// parsing them: only between requests, with nothing waiting. `false`: the bytes go to the
+    /// request decoder.
+    private func answerRepeatedHit(_ bytes: ByteBuffer, context: ChannelHandlerContext) -> Bool {
         guard let writer, machine.canReplayHit, let (hit, incoming) = responder.replayedHit(of: bytes, listenerSession: identity.listenerSession) else {
             return false
         }

@@ -164,8 +164,9 @@ struct ProxyListener: Service {
     }
 
     /// A proxy connection's handlers: NIO's HTTP/1.1 response encoder, ``RepeatedHitHandler``
-    /// (a read that repeats a head answered from the hot tier is answered without parsing),
-    /// NIO's request decoder, then ``ProxyHTTPHandler``.
+    /// (hands a read that repeats a head answered from the hot tier, or a plain head, to the
+    /// proxy handler as a ``RecognisedRead``), NIO's request decoder, then ``ProxyHTTPHandler``;
+    /// the two share the connection's ``DecodedReadWatch``.
     ///
     /// Not NIO's `configureHTTPServerPipeline`: ``ProxyHTTPHandler`` orders pipelined requests
     /// itself and writes hits as ready bytes below the encoder, so the encoder must frame each
@@ -176,9 +177,10 @@ struct ProxyListener: Service {
     static func configureConnection(_ pipeline: ChannelPipeline.SynchronousOperations, responder: any ProxyResponder,
                                     requests: RequestWorkQueue, identity: ConnectionIdentity = .anonymous,
                                     logger: Logger = ProxyHTTPHandler.quietLogger) throws {
-        let proxy = ProxyHTTPHandler(responder: responder, requests: requests, identity: identity, logger: logger)
+        let watch = DecodedReadWatch(responder: responder)
+        let proxy = ProxyHTTPHandler(responder: responder, requests: requests, identity: identity, watch: watch, logger: logger)
         try pipeline.addHandler(HTTPResponseEncoder())
-        try pipeline.addHandler(RepeatedHitHandler(proxy: proxy))
+        try pipeline.addHandler(RepeatedHitHandler(receiver: proxy, watch: watch))
         try pipeline.addHandler(ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes)))
         try pipeline.addHandler(proxy)
     }
