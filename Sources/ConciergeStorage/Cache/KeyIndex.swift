@@ -50,7 +50,7 @@ struct KeyIndex: Sendable {
     }
 
     private(set) var totals: Totals
-    private var presence: Set<UInt64>
+    private var presence: KeyHashSet
     /// `nil` once every row present at start-up was read.
     private(set) var loading: Loading?
     private var doomed: [Int64: Doom] = [:]
@@ -67,14 +67,14 @@ struct KeyIndex: Sendable {
 
     init(totals: Totals = Totals(), hashes: Set<UInt64> = []) {
         self.totals = totals
-        presence = hashes
+        presence = KeyHashSet(hashes)
     }
 
     /// An index that knows nothing yet of the rows with a rowid up to `ceiling` (the largest in
     /// the table; 0 for an empty table, which needs no loading).
     init(loadingUpTo ceiling: Int64) {
         totals = Totals()
-        presence = []
+        presence = KeyHashSet()
         loading = ceiling > 0 ? Loading(through: 0, ceiling: ceiling) : nil
     }
 
@@ -112,7 +112,7 @@ struct KeyIndex: Sendable {
     /// A put of `hash` is about to look for the key's row: whether a row may exist (a known key,
     /// or a doomed row whose key the index no longer knows). The key is known from now on.
     mutating func putting(_ hash: UInt64) -> Bool {
-        let known = !presence.insert(hash).inserted
+        let known = !presence.insert(hash)
         return known || !doomed.isEmpty || loading != nil
     }
 
