@@ -3,21 +3,9 @@ import Testing
 @testable import ConciergeStorage
 
 /// ``KeyHashSet`` against `Set<UInt64>` as its model: every operation's answer and the whole
-/// contents after each step.
+/// contents after each step. Random values from ``SplitMix`` (KeyIndexTests), so a failing seed repeats.
 @Suite("Key hash set")
 struct KeyHashSetTests {
-    /// A deterministic generator (SplitMix64), so a failure repeats.
-    struct SplitMix {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
-
     static func check(_ set: KeyHashSet, _ model: Set<UInt64>, probes: [UInt64]) {
         #expect(set.count == model.count)
         for value in model { #expect(set.contains(value)) }
