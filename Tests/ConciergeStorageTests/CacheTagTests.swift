@@ -72,6 +72,42 @@ struct CacheTagTests {
         }
     }
 
+    @Test("a row given tags while the index loads, before the loader reads it, is known to have them: deleting it drops its tag rows", arguments: [true, false])
+    func tagsWhileLoading(fileHasTags: Bool) async throws {
+        let dir = try TempDirectory()
+        defer { dir.remove() }
+        let path = dir.path("cache.sqlite")
+        let count = Int(CacheWriter.loadSliceRows) * 2 + 10
+        do {
+            let fixture = try StoreFixture(path: path, maxBytes: 512 << 20)
+            for i in 0..<count {
+                fixture.store.store(fileHasTags && i == 0 ? tagged("k0", ["early"]) : makeEntry(key: "k\(i)"))
+                if i % 5_000 == 4_999 { try await fixture.flush() }  // the writer's queue holds 20,000
+            }
+            try await fixture.flush()
+            try await fixture.finish()
+        }
+        let database = try StorageDatabase(path: path, logger: quietLogger)
+        let store = try CacheStore(database: database, maxBytes: 512 << 20, memoryBytes: 1 << 20, logger: quietLogger)
+        let last = "k\(count - 1)"
+        // Queued before the writer starts: committed between the loader's slices, before it
+        // reaches the last rows.
+        store.store(tagged(last, ["late"]))
+        let writer = Task { await store.run() }
+        try await bounded("index loaded") { await store.indexLoaded() }
+        let rowids = try await database.pool.read { db in
+            try Dictionary(uniqueKeysWithValues: Row.fetchAll(db, sql: "SELECT key, rowid FROM cache_entry WHERE key IN ('k0', 'k1', ?)",
+                                                              arguments: [last]).map { ($0[0] as String, $0[1] as Int64) })
+        }
+        let flags = rowids.mapValues { rowid in store.writer.facts.withLock { $0.mayHaveTags(rowid) } }
+        #expect(flags == ["k0": fileHasTags, "k1": false, last: true])
+        #expect(try await bounded("invalidate") { try await store.invalidate(.pattern("^\(last)$")) } == 1)
+        let tagRows = try await database.pool.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM cache_tag WHERE key = ?", arguments: [last]) }
+        #expect(tagRows == 0, "the deletion dropped the row's tags")
+        store.finish()
+        try await bounded("writer loop end") { await writer.value }
+    }
+
     @Test("soft purge marks fresh entries stale (kept, counted once), for every kind of criteria")
     func markStale() async throws {
         let dir = try TempDirectory()

@@ -17,16 +17,23 @@ extension CacheWriter {
     /// the work queued meanwhile committed between slices. Until it is done, lookups read
     /// SQLite for every key and the totals count the rows read so far.
     func loadIndex() {
-        guard ledger.isLoading else { return }
+        guard let ceiling = ledger.unreadRows?.ceiling else { return }
         let began = ContinuousClock.now
         var failures = 0
-        // Without tag rows at start-up, the rows it reads have none: no probe of the tag table per row.
-        let anyTags = (try? database.pool.read { db in try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM cache_tag)") }) ?? true
-        let sql = anyTags == false ? Self.untaggedRowColumns : Self.rowColumns
+        // Which keys have tags: the tag table's keys read once, not probed for each row.
+        let tagsKnown = readTaggedKeys(upTo: ceiling)
+        let sql = tagsKnown ? Self.untaggedRowColumns : Self.rowColumns
         while !isStopping, let slice = ledger.update({ $0.nextLoadSlice(Self.loadSliceRows) }) {
             do {
                 // Between batches: no write is in flight, so the slice is as the index was told.
-                let (rows, rowFacts) = try database.pool.read { db in try Self.rows(db, sql: sql, after: slice.after, upTo: slice.upTo) }
+                let (rows, read) = try database.pool.read { db in try Self.rows(db, sql: sql, after: slice.after, upTo: slice.upTo) }
+                var rowFacts = read
+                if tagsKnown {
+                    loadingTags.withLock { filter in
+                        guard let filter else { return }
+                        for i in rowFacts.indices { rowFacts[i].tagged = filter.mayContain(rows[i].hash) }
+                    }
+                }
                 ledger.update { $0.loaded(rows, facts: rowFacts, through: slice.upTo) }
             } catch {
                 failures += 1
@@ -35,6 +42,7 @@ extension CacheWriter {
             }
             if queue.withLock({ !$0.work.isEmpty }) { drain() }
         }
+        loadingTags.withLock { $0 = nil }
         for waiter in loadWaiters.withLock({ waiters in defer { waiters = nil }; return waiters ?? [] }) { waiter.resume() }
         if !ledger.isLoading {
             let totals = ledger.totals
@@ -43,6 +51,44 @@ extension CacheWriter {
             // Eviction waited for every row's access time.
             if !isStopping, needsEviction { evict() }
         }
+    }
+
+    /// Reads the key of every tag row into ``loadingTags``, in slices of the tag table's key
+    /// index with the work queued meanwhile committed between them (its puts with tags add
+    /// their keys too). `false` if the table could not be read: each row's tags are then
+    /// probed as it is loaded.
+    private func readTaggedKeys(upTo ceiling: Int64) -> Bool {
+        loadingTags.withLock { $0 = TaggedKeyFilter(keys: Int(ceiling)) }
+        var after: String? = ""
+        while !isStopping, let from = after {
+            do {
+                after = try database.pool.read { db in
+                    let statement = try db.cachedStatement(sql: "SELECT key FROM cache_tag WHERE key > ? ORDER BY key LIMIT ?")
+                    let raw = statement.sqliteStatement
+                    defer { sqlite3_reset(raw) }
+                    let transient = unsafeBitCast(OpaquePointer(bitPattern: -1), to: sqlite3_destructor_type.self)  // SQLITE_TRANSIENT: SQLite copies the bytes
+                    _ = from.withCString { sqlite3_bind_text(raw, 1, $0, -1, transient) }
+                    sqlite3_bind_int64(raw, 2, Self.loadSliceRows)
+                    var last: String?
+                    var read = 0
+                    loadingTags.withLock { filter in
+                        while sqlite3_step(raw) == SQLITE_ROW, let text = sqlite3_column_text(raw, 0) {
+                            let key = UnsafeRawBufferPointer(start: text, count: Int(sqlite3_column_bytes(raw, 0)))
+                            filter?.insert(KeyHash.of(key))
+                            read += 1
+                            if read == Self.loadSliceRows { last = String(decoding: key, as: UTF8.self) }
+                        }
+                    }
+                    return last
+                }
+            } catch {
+                logger.error("cache index: reading the tag table failed; probing it per row", metadata: ["error": "\(error)"])
+                loadingTags.withLock { $0 = nil }
+                return false
+            }
+            if queue.withLock({ !$0.work.isEmpty }) { drain() }
+        }
+        return true
     }
 
     /// Returns once the rows present at start-up are in the index (or the writer stopped first).

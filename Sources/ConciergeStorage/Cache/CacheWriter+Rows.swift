@@ -33,6 +33,8 @@ extension CacheWriter {
             try db.cachedStatement(sql: "DELETE FROM cache_tag WHERE key = ?").execute(arguments: [entry.key])
             let tag = try db.cachedStatement(sql: "INSERT OR IGNORE INTO cache_tag (tag, key) VALUES (?, ?)")
             for name in entry.tags { try tag.execute(arguments: [name, entry.key]) }
+            // A row the loader has not read yet learns of its tags from the filter.
+            if ledger.isLoading { loadingTags.withLock { $0?.insert(hash) } }
         }
         let stored = RowFacts.Row(rowid: rowid, usableUntil: entry.usableUntil, lastAccess: now, endpoint: entry.endpoint,
                                   version: entry.version, userID: entry.userID, tagged: !entry.tags.isEmpty)

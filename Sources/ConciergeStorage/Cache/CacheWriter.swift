@@ -51,6 +51,8 @@ final class CacheWriter: Sendable {
     let preparedStatements = StatementSlot()
     /// The rows eviction chose, taken slice by slice (``EvictionChoice``); the writer's thread only.
     let evictionChoice = Mutex(EvictionChoice())
+    /// The keys with tag rows while the index loads (``TaggedKeyFilter``); the writer's thread only.
+    let loadingTags = Mutex<TaggedKeyFilter?>(nil)
 
     struct Queue {
         var work: [Work] = []
