@@ -140,6 +140,76 @@ struct KeyIndexTests {
         #expect(index.mayHaveRow(Self.row(2).hash))
     }
 
+    @Test("a doom without sizes counts the entries out at once and each row's bytes as it is deleted or stored again")
+    func unsizedDoom() {
+        var index = Self.indexWith(3)
+        index.beginBatch()
+        let token = index.doom([Self.row(1, size: 0), Self.row(2, size: 0)], sized: false)
+        index.commitBatch()
+        #expect(index.totals == .init(entries: 1, bytes: 300), "the bytes stay until the rows go")
+        #expect(index.bytesIncludeDoomedRows)
+        #expect(!index.mayHaveRow(Self.row(1).hash))
+        index.beginBatch()
+        let live = index.deleted(Self.row(1))  // the slice's delete returns the size
+        index.commitBatch()
+        #expect(!live, "counted out already")
+        #expect(index.totals == .init(entries: 1, bytes: 200))
+        index.beginBatch()
+        _ = index.putting(Self.row(2).hash)
+        index.stored(rowid: 2, size: 250, replacing: Self.row(2))  // the put reads the old size
+        index.deletedDoomed([1, 2], token: token)
+        index.commitBatch()
+        #expect(index.totals == .init(entries: 2, bytes: 350))
+        #expect(!index.bytesIncludeDoomedRows)
+        #expect(!index.hasDoomedRows)
+    }
+
+    @Test("a rolled-back batch keeps a doom's bytes in the totals until a committed delete takes them")
+    func unsizedDoomRollback() {
+        var index = Self.indexWith(3)
+        index.beginBatch()
+        _ = index.doom([Self.row(1, size: 0)], sized: false)
+        index.commitBatch()
+        index.beginBatch()
+        index.deleted(Self.row(1))
+        #expect(index.totals == .init(entries: 2, bytes: 200))
+        index.rollBackBatch(recounted: [Self.row(1), Self.row(2), Self.row(3)])
+        #expect(index.totals == .init(entries: 2, bytes: 300))
+        #expect(index.bytesIncludeDoomedRows && index.isDoomed(1))
+        index.beginBatch()
+        index.deletedAll()
+        index.commitBatch()
+        #expect(index.totals == .init(entries: 0, bytes: 0))
+        #expect(!index.bytesIncludeDoomedRows)
+    }
+
+    @Test("the rowid mark changes when a new row takes a rowid a row had, counting a batch under way as after the mark")
+    func rowidMark() {
+        var index = Self.indexWith(3)
+        let first = index.rowidMark
+        index.beginBatch()
+        _ = index.putting(Self.row(4).hash)
+        index.stored(rowid: 4, size: 100, replacing: nil)  // above every rowid so far
+        index.commitBatch()
+        #expect(index.noRowidReused(since: first))
+        index.beginBatch()
+        index.deleted(Self.row(4))
+        _ = index.putting(99)
+        index.stored(rowid: 4, size: 10, replacing: nil)  // SQLite's largest plus one: 4 again
+        let during = index.rowidMark  // a read may begin before this batch commits
+        index.commitBatch()
+        #expect(!index.noRowidReused(since: first))
+        #expect(!index.noRowidReused(since: during))
+        let after = index.rowidMark
+        #expect(index.noRowidReused(since: after))
+        var loading = KeyIndex(loadingUpTo: 5)
+        let start = loading.rowidMark
+        loading.beginBatch()
+        loading.stored(rowid: 5, size: 1, replacing: nil)  // the top row, deleted, then a new one
+        loading.commitBatch()
+        #expect(!loading.noRowidReused(since: start), "rowids up to the loader's ceiling were had")
+    }
+
     // MARK: Loading at start-up
 
     @Test("a loading index may have every key, and counts a slice's live rows once it is read")
@@ -181,6 +251,8 @@ struct LoadingModel {
     var rows: [Int64: Stored] = [:]
     /// Rows counted out by a doom and not stored again (still in the table).
     var unservable: Set<Int64> = []
+    /// Those of them doomed without their size while counted: their bytes are still counted.
+    var bytesHeld: Set<Int64> = []
     var dooms: [(rowids: [Int64], token: UInt64, storedUpTo: Int)] = []
     var reads: [UInt64] = []
     var index: KeyIndex
@@ -234,14 +306,17 @@ struct LoadingModel {
         let existing = rows.first { $0.value.hash == hash }
         let mayHave = index.putting(hash)
         if existing != nil && !mayHave { failure = "a key with a row was said to have none" }
+        // A response may be stored after an invalidation it came before (its doom deletes it).
+        let storedAt = time - random.next(3)
         if let (rowid, old) = existing {
             index.stored(rowid: rowid, size: size, replacing: KeyIndex.Row(rowid: rowid, hash: hash, size: old.size))
-            rows[rowid] = Stored(hash: hash, size: size, storedAt: time)
+            rows[rowid] = Stored(hash: hash, size: size, storedAt: storedAt)
             unservable.remove(rowid)
+            bytesHeld.remove(rowid)
         } else {
             let rowid = (rows.keys.max() ?? 0) + 1  // SQLite's choice: may reuse a deleted top rowid
             index.stored(rowid: rowid, size: size, replacing: nil)
-            rows[rowid] = Stored(hash: hash, size: size, storedAt: time)
+            rows[rowid] = Stored(hash: hash, size: size, storedAt: storedAt)
         }
     }
 
@@ -251,12 +326,18 @@ struct LoadingModel {
         if live == unservable.contains(rowid) { failure = "deleted(\(rowid)) said live: \(live)" }
         rows[rowid] = nil
         unservable.remove(rowid)
+        bytesHeld.remove(rowid)
     }
 
     mutating func doom() {
         let chosen = rows.filter { _ in random.next(4) == 0 }
         guard !chosen.isEmpty else { return }
-        let token = index.doom(chosen.map { KeyIndex.Row(rowid: $0.key, hash: $0.value.hash, size: $0.value.size) })
+        // The writer's dooms come without sizes: the bytes of the rows counted stay until deleted.
+        let sized = random.next(2) == 0
+        if !sized {
+            bytesHeld.formUnion(chosen.keys.filter { !unservable.contains($0) && isCounted($0) })
+        }
+        let token = index.doom(chosen.map { KeyIndex.Row(rowid: $0.key, hash: $0.value.hash, size: sized ? $0.value.size : 0) }, sized: sized)
         unservable.formUnion(chosen.keys)
         dooms.append((Array(chosen.keys), token, time))
     }
@@ -265,8 +346,11 @@ struct LoadingModel {
         guard !dooms.isEmpty else { return }
         let doom = dooms.removeFirst()
         for rowid in doom.rowids where (rows[rowid]?.storedAt ?? .max) <= doom.storedUpTo {
+            // As the slice's delete returns it.
+            index.deleted(KeyIndex.Row(rowid: rowid, hash: rows[rowid]!.hash, size: rows[rowid]!.size))
             rows[rowid] = nil
             unservable.remove(rowid)
+            bytesHeld.remove(rowid)
         }
         index.deletedDoomed(doom.rowids, token: doom.token)
     }
@@ -282,8 +366,12 @@ struct LoadingModel {
     mutating func check() {
         guard failure == nil else { return }
         var expected = KeyIndex.Totals()
-        for (rowid, row) in rows where !unservable.contains(rowid) {
-            let counted = index.loading.map { rowid <= $0.through || rowid > $0.ceiling } ?? true
+        for (rowid, row) in rows {
+            let counted = isCounted(rowid)
+            if unservable.contains(rowid) {
+                if bytesHeld.contains(rowid) { expected.bytes += row.size }
+                continue
+            }
             if counted {
                 expected.entries += 1
                 expected.bytes += row.size
@@ -291,6 +379,12 @@ struct LoadingModel {
             if !index.mayHaveRow(row.hash) { failure = "live row \(rowid) not found" }
         }
         if index.totals != expected { failure = "totals \(index.totals), rows say \(expected) (loading \(String(describing: index.loading)))" }
+        if index.bytesIncludeDoomedRows != !bytesHeld.isEmpty { failure = "bytes of doomed rows held: \(index.bytesIncludeDoomedRows), rows say \(bytesHeld)" }
+    }
+
+    /// Whether the index's totals hold the row (rows the loader has not read are not counted).
+    func isCounted(_ rowid: Int64) -> Bool {
+        index.loading.map { rowid <= $0.through || rowid > $0.ceiling } ?? true
     }
 }
 

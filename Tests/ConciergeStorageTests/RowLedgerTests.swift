@@ -9,7 +9,7 @@ import Testing
 /// invalidation's) as the model's rows do, and no deletion leaves tag rows behind.
 @Suite("Row ledger against a model of the table")
 struct RowLedgerTests {
-    @Test("random puts, deletes, sweeps, evictions, invalidations, dooms, soft purges, reads, load slices and roll-backs: ledger and model agree after each step")
+    @Test("random puts, deletes, sweeps, evictions, invalidations, dooms, soft purges, reads, load slices and roll-backs: ledger and model agree after each step, and a rowid the ledger vouches for since a mark holds the key it held")
     func randomEvents() {
         for seed in UInt64(1)...300 {
             var model = LedgerModel(seed: seed)
@@ -65,6 +65,13 @@ struct LedgerModel {
     var hasFacts: Set<Int64> = []
     /// Rows counted out by a doom and not stored again (still in the table).
     var unservable: Set<Int64> = []
+    /// Those of them doomed without their size while counted: their bytes are still counted.
+    var bytesHeld: Set<Int64> = []
+    /// Rowid marks a reader took (``KeyIndex/rowidMark``), each with the rows (rowid → key) its
+    /// read may have seen: those committed when it was taken.
+    var marks: [(mark: UInt64, seen: [Int64: String])] = []
+    /// The rows as the last commit left them.
+    var committed: [Int64: String] = [:]
     var dooms: [(rowids: [Int64], token: UInt64, storedUpTo: Int)] = []
     var reads: [UInt64] = []
     var ledger: RowLedger
@@ -106,20 +113,24 @@ struct LedgerModel {
     }
 
     mutating func run(steps: Int) {
+        committed = rows.mapValues(\.key)
         for _ in 0..<steps where failure == nil {
-            let before = (rows, tagRows, hasFacts, unservable, dooms)
+            let before = (rows, tagRows, hasFacts, unservable, dooms, bytesHeld)
             ledger.beginBatch()
             for _ in 0...random.next(3) where failure == nil { event() }
             if random.next(30) == 0 {
                 trace.append("roll back")
                 // The transaction failed: SQLite is as before it, and the ledger is read again.
-                (rows, tagRows, hasFacts, unservable, dooms) = before
+                (rows, tagRows, hasFacts, unservable, dooms, bytesHeld) = before
                 hasFacts = Set(rows.keys)
                 ledger.rolledBack(recounted: rows.keys.map(indexRow), facts: rows.keys.map(facts))
             } else {
                 ledger.commitBatch()
                 trace.append("commit")
             }
+            committed = rows.mapValues(\.key)
+            // A reader takes a mark between batches, or during one (below, in `event()`).
+            if random.next(8) == 0 { takeMark() }
             // Between batches, the writer reads a slice.
             if random.next(3) == 0 { loadSlice(Int64(random.next(4) + 1)) }
             check()
@@ -144,7 +155,7 @@ struct LedgerModel {
         case 7: doom()
         case 8: deleteDoomed()
         case 9: softPurgeAndTouch()
-        case 10: read()
+        case 10: if random.next(3) == 0 { takeMark() } else { read() }
         default: if random.next(10) == 0 { deleteAll() }
         }
     }
@@ -167,6 +178,8 @@ struct LedgerModel {
         trace.append("\(time) put \(key) at \(rowid)\(existing == nil ? " (new)" : "")")
         let tagged = random.next(3) == 0
         rows[rowid] = randomRow(key: key)
+        // A response may be stored after an invalidation it came before (its doom deletes it).
+        rows[rowid]!.storedAt -= random.next(3)
         // As the writer's SQL: a put with tags replaces the key's tag rows, one without leaves them.
         if tagged { tagRows.insert(key) }
         var stored = facts(rowid)
@@ -174,6 +187,7 @@ struct LedgerModel {
         ledger.put(stored, size: rows[rowid]!.size, replacing: old)
         hasFacts.insert(rowid)
         unservable.remove(rowid)
+        bytesHeld.remove(rowid)
     }
 
     /// Deletes the rows as the writer's SQL does, then tells the ledger; the tag rows it names go.
@@ -193,6 +207,7 @@ struct LedgerModel {
             rows[rowid] = nil
             hasFacts.remove(rowid)
             unservable.remove(rowid)
+            bytesHeld.remove(rowid)
             if tagRows.contains(key) { failure = "the tag rows of deleted row \(rowid) (\(key)) were left behind" }
         }
     }
@@ -238,7 +253,10 @@ struct LedgerModel {
     mutating func doom() {
         let chosen = rows.keys.sorted().filter { _ in random.next(4) == 0 }
         guard !chosen.isEmpty else { return }
-        let token = ledger.doomed(chosen.map(indexRow))
+        // The writer's dooms come without sizes: the bytes of the rows counted stay until deleted.
+        let sized = random.next(2) == 0
+        if !sized { bytesHeld.formUnion(chosen.filter { !unservable.contains($0) && isCounted($0) }) }
+        let token = ledger.doomed(chosen.map { sized ? indexRow($0) : KeyIndex.Row(rowid: $0, hash: indexRow($0).hash, size: 0) }, sized: sized)
         unservable.formUnion(chosen)
         dooms.append((chosen, token, time))
         trace.append("\(time) doom \(chosen.sorted()) token \(token)")
@@ -250,7 +268,8 @@ struct LedgerModel {
         let doom = dooms.removeFirst()
         let gone = doom.rowids.filter { (rows[$0]?.storedAt ?? .max) <= doom.storedUpTo }
         let kept = doom.rowids.filter { rows[$0] != nil && !gone.contains($0) }
-        let untag = ledger.deletedDoomed(gone.map { RowLedger.Deleted(row: KeyIndex.Row(rowid: $0, hash: 0, size: 0), key: rows[$0]!.key) },
+        // Each deleted row as the slice's `DELETE … RETURNING key, size` gives it.
+        let untag = ledger.deletedDoomed(gone.map { RowLedger.Deleted(row: indexRow($0), key: rows[$0]!.key) },
                                          kept: kept.map(indexRow), slice: doom.rowids, token: doom.token)
         forget(gone, untag: untag)
         trace.append("\(time) doomed slice of token \(doom.token): deleted \(gone.sorted()), kept \(kept.sorted())")
@@ -293,7 +312,20 @@ struct LedgerModel {
         trace.append("\(time) delete all")
         // While loading, the count is SQLite's less the doomed rows (an estimate by design).
         if !loading && removed != live { failure = "deleted all: \(removed), the model says \(live)" }
-        (rows, tagRows, hasFacts, unservable) = ([:], [], [], [])
+        (rows, tagRows, hasFacts, unservable, bytesHeld) = ([:], [], [], [], [])
+    }
+
+    /// A reader's mark, with the rows it may see: those of the last commit (a batch under way
+    /// may commit after the read began).
+    mutating func takeMark() {
+        marks.append((ledger.index.rowidMark, committed))
+        if marks.count > 4 { marks.removeFirst() }
+        trace.append("\(time) mark \(ledger.index.rowidMark)")
+    }
+
+    /// Whether the ledger's totals hold the row (rows the loader has not read are not counted).
+    func isCounted(_ rowid: Int64) -> Bool {
+        ledger.index.loading.map { rowid <= $0.through || rowid > $0.ceiling } ?? true
     }
 
     mutating func check() {
@@ -301,6 +333,7 @@ struct LedgerModel {
         var expected = KeyIndex.Totals()
         let loading = ledger.index.loading
         for (rowid, row) in rows {
+            if unservable.contains(rowid), bytesHeld.contains(rowid) { expected.bytes += row.size }
             if !unservable.contains(rowid) {
                 if loading.map({ rowid <= $0.through || rowid > $0.ceiling }) ?? true {
                     expected.entries += 1
@@ -312,6 +345,13 @@ struct LedgerModel {
         }
         if ledger.index.totals != expected { failure = "totals \(ledger.index.totals), the model says \(expected)" }
         if ledger.facts.count != hasFacts.count { failure = "facts of \(ledger.facts.count) rows, the model says \(hasFacts.count)" }
+        if ledger.index.bytesIncludeDoomedRows != !bytesHeld.isEmpty { failure = "doomed rows' bytes held: \(ledger.index.bytesIncludeDoomedRows), the model says \(bytesHeld.sorted())" }
+        // What the writer trusts instead of reading a matched row again (``CacheWriter/stillMatched``).
+        for (mark, seen) in marks where ledger.index.noRowidReused(since: mark) && !ledger.facts.needsRebuild {
+            for (rowid, key) in seen where ledger.facts.contains(rowid) && rows[rowid]?.key != key {
+                failure = "rowid \(rowid) held \(key) at mark \(mark), now \(rows[rowid]?.key ?? "no row"); the ledger says no rowid was reused"
+            }
+        }
         let keys = Set(rows.values.map(\.key))
         if let orphan = tagRows.first(where: { !keys.contains($0) }) { failure = "tag rows of \(orphan), which has no row" }
     }

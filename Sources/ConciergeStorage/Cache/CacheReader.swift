@@ -128,15 +128,16 @@ final class CacheReader: Sendable {
 
     /// The rows carrying any of the tags, through the tag table's index (a cost per matching
     /// entry, never a scan of every key) and the key column's (each key's rowid: no table page
-    /// is read; the writer reads each row again, sizes included).
+    /// is read; nor does the writer read the rows again, ``CacheWriter/stillMatched(_:in:)``).
     func rows(taggedWith tags: [String]) async throws -> CacheWriter.MatchedRows {
         guard !tags.isEmpty else { return CacheWriter.MatchedRows(rows: [], keys: []) }
         let marks = Array(repeating: "?", count: tags.count).joined(separator: ",")
+        let rowidMark = ledger.rowidMark
         return try await database.pool.read { db in
             let rows = try Row.fetchCursor(db, sql: """
                 SELECT DISTINCT e.rowid, e.key FROM cache_tag t JOIN cache_entry e ON e.key = t.key WHERE t.tag IN (\(marks))
                 """, arguments: StatementArguments(tags))
-            var matched = CacheWriter.MatchedRows(rows: [], keys: [])
+            var matched = CacheWriter.MatchedRows(rows: [], keys: [], rowidMark: rowidMark)
             while let row = try rows.next() {
                 let key: String = row["key"]
                 matched.rows.append(KeyIndex.Row(rowid: row["rowid"], hash: KeyHash.of(key), size: 0))
@@ -153,14 +154,14 @@ final class CacheReader: Sendable {
     /// The rows whose key the pattern matches, read in slices in key order from the key
     /// column's unique index (which holds each key and its rowid: no table page, no body, is
     /// read), off the writer; the keys are matched on the reader's thread straight from
-    /// SQLite's buffers. The rows' sizes are left at 0: the writer reads each matched row again
-    /// anyway (``CacheWriter/deleteMatched(_:in:now:)``). `budget` bounds
+    /// SQLite's buffers. The rows' sizes are left at 0: the writer counts a row's bytes out as
+    /// it deletes the row (``CacheWriter/deleteMatched(_:in:now:)``). `budget` bounds
     /// the time spent scanning (on the reader's thread), not the time a slice waits for a
     /// thread or a reader: a busy machine must not turn a small scan into a refusal.
     /// - Returns: the rows and the time the scan took.
     /// - Throws: ``KeyPatternError`` when a match exceeds a limit or the scan exceeds `budget`.
     func rows(matching pattern: KeyPattern, within budget: Duration) async throws -> (rows: CacheWriter.MatchedRows, spent: Duration) {
-        var matched = CacheWriter.MatchedRows(rows: [], keys: [])
+        var matched = CacheWriter.MatchedRows(rows: [], keys: [], rowidMark: ledger.rowidMark)
         var after = ""
         var scanned = 0
         var spent = Duration.zero

@@ -32,13 +32,14 @@ extension CacheReader {
     /// exactly the keys that begin with the URL key and a space (keys compare byte by byte).
     func rows(underURLKeys urlKeys: [String]) async throws -> CacheWriter.MatchedRows {
         guard !urlKeys.isEmpty else { return CacheWriter.MatchedRows(rows: [], keys: []) }
+        let rowidMark = ledger.rowidMark
         return try await database.pool.read { db in
             let statement = try db.cachedStatement(sql: """
                 SELECT rowid, key FROM cache_entry WHERE key = ?
                 UNION ALL
                 SELECT rowid, key FROM cache_entry WHERE key >= ? AND key < ?
                 """)
-            var matched = CacheWriter.MatchedRows(rows: [], keys: [])
+            var matched = CacheWriter.MatchedRows(rows: [], keys: [], rowidMark: rowidMark)
             for urlKey in urlKeys {
                 let rows = try Row.fetchCursor(statement, arguments: [urlKey, urlKey + " ", urlKey + "!"])
                 while let row = try rows.next() {

@@ -20,9 +20,17 @@ extension CacheWriter {
     static var evictionPassTime: Duration { .milliseconds(400) }
 
     /// Not while the key index loads: the rows it has not read have no access time yet (the
-    /// loader evicts once it is done).
+    /// loader evicts once it is done). Nor for the cached bytes while they still hold those of
+    /// doomed rows (``KeyIndex/bytesIncludeDoomedRows``): the live entries' bytes are fewer, by
+    /// what the doomed slices queued next count out as they delete; the file's size still
+    /// starts eviction meanwhile.
     var needsEviction: Bool {
-        !ledger.isLoading && (ledger.totals.bytes > evictionHighWater || database.fileBytes > maxBytes)
+        !ledger.isLoading && (cachedBytesToEvict > evictionHighWater || database.fileBytes > maxBytes)
+    }
+
+    /// The cached bytes eviction goes by: 0 while they hold doomed rows' (``needsEviction``).
+    private var cachedBytesToEvict: Int {
+        ledger.bytesIncludeDoomedRows ? 0 : ledger.totals.bytes
     }
 
     /// Evicts least recently used entries in bounded slices until the cached bytes are under
@@ -37,7 +45,7 @@ extension CacheWriter {
             database.pool.writeWithoutTransaction { db in _ = try? db.checkpoint(.truncate) }
             while !isStopping {
                 let fileExcess = database.fileBytes - maxBytes / 10 * 9
-                let cacheExcess = ledger.totals.bytes - evictionLowWater
+                let cacheExcess = cachedBytesToEvict - evictionLowWater
                 let (freePages, pageSize) = try database.pool.read { db in
                     (try Int.fetchOne(db, sql: "PRAGMA freelist_count") ?? 0, try Int.fetchOne(db, sql: "PRAGMA page_size") ?? 4096)
                 }

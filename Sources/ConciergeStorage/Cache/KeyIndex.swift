@@ -9,8 +9,15 @@
 /// - A key whose hash is absent has no live row (a hash present may be stale: that costs one
 ///   read, never a wrong answer). While the index is *loading* (below) every key may have a row.
 /// - A *doomed* row (invalidated, deleted later in slices by the writer) is never served or
-///   listed, and is counted out of ``totals`` once. A doomed row stored again (*revived*)
-///   counts again at once, but stays unservable until its release.
+///   listed, and is counted out of ``totals``' entries once, at once. Its bytes go at once too
+///   when its size was given (``doom(_:sized:)``); a row doomed without its size (the writer
+///   dooms matched rows without reading them) keeps its bytes in ``totals`` until the row is
+///   deleted (a doomed slice, the sweep, eviction: each reads the size as it deletes), while
+///   ``bytesIncludeDoomedRows`` says so. A doomed row stored again (*revived*) counts again at
+///   once (its old bytes swapped for its new), but stays unservable until its release.
+/// - A new row on a rowid at or below the largest a row ever had (SQLite reuses the top
+///   rowids once their rows went) is counted in ``rowidMark``: while it has not changed since a
+///   reader took it, a rowid the reader found still holds the same key, if it holds a row.
 /// - A doom is released only when no read that began before the release was scheduled is still
 ///   running: such a read may hold a snapshot from before the delete (or the re-store)
 ///   committed. Reads register with ``beginRead()`` / ``endRead(_:)``.
@@ -39,6 +46,8 @@ struct KeyIndex: Sendable {
         var token: UInt64
         /// Stored again since: counted in ``totals``, not servable until released.
         var revived = false
+        /// Doomed without its size, still in SQLite: its bytes are still in ``totals``.
+        var holdsBytes = false
     }
 
     /// The rowids the loader has still to read: `through` (exclusive) up to `ceiling`
@@ -54,7 +63,15 @@ struct KeyIndex: Sendable {
     /// `nil` once every row present at start-up was read.
     private(set) var loading: Loading?
     private var doomed: [Int64: Doom] = [:]
+    /// The dooms that hold their row's bytes (``Doom/holdsBytes``).
+    private var bytesHeld = 0
     private var lastToken: UInt64 = 0
+    /// The largest rowid a row had (the loader's ceiling, or a new row's).
+    private var highestRowid: Int64 = 0
+    /// New rows stored on a rowid at or below ``highestRowid``.
+    private var reusedRowids: UInt64 = 0
+    /// ``reusedRowids`` when the current batch began; `nil` between batches.
+    private var reusedBeforeBatch: UInt64?
     /// Releases waiting in the current batch, scheduled when it commits.
     private var batchReleases: [(rowid: Int64, token: UInt64)] = []
     /// The doom map as it was before the current batch touched it (a rollback restores it).
@@ -76,6 +93,7 @@ struct KeyIndex: Sendable {
         totals = Totals()
         presence = KeyHashSet()
         loading = ceiling > 0 ? Loading(through: 0, ceiling: ceiling) : nil
+        highestRowid = ceiling
     }
 
     var isLoading: Bool { loading != nil }
@@ -89,6 +107,20 @@ struct KeyIndex: Sendable {
     func isDoomed(_ rowid: Int64) -> Bool { !doomed.isEmpty && doomed[rowid] != nil }
 
     var hasDoomedRows: Bool { !doomed.isEmpty }
+
+    /// Whether ``totals``' bytes still hold those of rows doomed without their size (the
+    /// writer's slices count them out as they delete them): the bytes of the live rows are
+    /// fewer, by an amount not known until then.
+    var bytesIncludeDoomedRows: Bool { bytesHeld > 0 }
+
+    /// Taken by a reader before it reads which rows match an invalidation (``CacheWriter/MatchedRows``):
+    /// while ``noRowidReused(since:)`` holds, a rowid it found still holds the key it found there,
+    /// unless its row was deleted. A batch under way counts as not committed yet: its new rows
+    /// count as after the mark (the reader's snapshot may be from before it).
+    var rowidMark: UInt64 { reusedBeforeBatch ?? reusedRowids }
+
+    /// Whether no new row took a rowid a row had before, since `mark` (``rowidMark``).
+    func noRowidReused(since mark: UInt64) -> Bool { reusedRowids == mark }
 
     /// Registers a read of SQLite about to start; pass the result to ``endRead(_:)``.
     mutating func beginRead() -> UInt64 {
@@ -107,6 +139,7 @@ struct KeyIndex: Sendable {
     mutating func beginBatch() {
         batchReleases.removeAll(keepingCapacity: true)
         doomedBeforeBatch = nil
+        reusedBeforeBatch = reusedRowids
     }
 
     /// A put of `hash` is about to look for the key's row: whether a row may exist (a known key,
@@ -121,12 +154,16 @@ struct KeyIndex: Sendable {
         let counts = isCounted(old?.rowid ?? rowid)
         if let old {
             if !doomed.isEmpty, let doom = doomed[old.rowid], !doom.revived {
-                if counts { totals.entries += 1 }  // counted out by its invalidation
+                if counts {
+                    totals.entries += 1  // counted out by its invalidation
+                    if doom.holdsBytes { totals.bytes -= old.size }
+                }
                 revive(old.rowid, doom)
             } else if counts {
                 totals.bytes -= old.size
             }
         } else {
+            if rowid <= highestRowid { reusedRowids += 1 } else { highestRowid = rowid }
             if counts { totals.entries += 1 }
             // SQLite may give a new row the rowid of a deleted one still waiting for release.
             if !doomed.isEmpty, let doom = doomed[rowid], !doom.revived { revive(rowid, doom) }
@@ -134,13 +171,22 @@ struct KeyIndex: Sendable {
         if counts { totals.bytes += size }
     }
 
-    /// A row was deleted (sweep, eviction, invalidation by endpoint or user). Returns whether
-    /// it was a live entry (not one an invalidation already counted out).
+    /// A row was deleted (sweep, eviction, an invalidation, a doomed slice), with its size.
+    /// Returns whether it was a live entry (not one an invalidation already counted out).
     @discardableResult
     mutating func deleted(_ row: Row) -> Bool {
         if !doomed.isEmpty, let doom = doomed[row.rowid] {
             batchReleases.append((row.rowid, doom.token))
-            guard doom.revived else { return false }  // already counted out
+            guard doom.revived else {
+                // Counted out by its invalidation, but for the bytes of a doom without its size.
+                if doom.holdsBytes {
+                    journalDoomed()
+                    doomed[row.rowid]!.holdsBytes = false
+                    bytesHeld -= 1
+                    totals.bytes -= row.size
+                }
+                return false
+            }
         }
         if isCounted(row.rowid) {
             totals.entries -= 1
@@ -159,6 +205,11 @@ struct KeyIndex: Sendable {
         totals = Totals()
         presence.removeAll()
         loading = nil
+        if bytesHeld > 0 {
+            journalDoomed()
+            for (rowid, doom) in doomed where doom.holdsBytes { doomed[rowid]!.holdsBytes = false }
+            bytesHeld = 0
+        }
         for (rowid, doom) in doomed { batchReleases.append((rowid, doom.token)) }
     }
 
@@ -184,18 +235,23 @@ struct KeyIndex: Sendable {
     }
 
     /// Rows invalidated now and deleted later: unservable and counted out at once. Returns the
-    /// token that ``deletedDoomed(_:token:)`` names.
-    mutating func doom(_ rows: [Row]) -> UInt64 {
+    /// token that ``deletedDoomed(_:token:)`` names. Rows not `sized` (their size is not known)
+    /// keep their bytes in ``totals`` until they are deleted (``deleted(_:)``, which the
+    /// writer calls with each row its slices delete, size and all).
+    mutating func doom(_ rows: [Row], sized: Bool = true) -> UInt64 {
         journalDoomed()
         lastToken += 1
         for row in rows {
             if let doom = doomed[row.rowid], !doom.revived { continue }
-            if isCounted(row.rowid) {
+            let counted = isCounted(row.rowid)
+            if counted {
                 totals.entries -= 1
-                totals.bytes -= row.size
+                if sized { totals.bytes -= row.size }
             }
             presence.remove(row.hash)
-            doomed[row.rowid] = Doom(token: lastToken)
+            // A revived row held no bytes (``revive(_:_:)``).
+            doomed[row.rowid] = Doom(token: lastToken, holdsBytes: counted && !sized)
+            if counted && !sized { bytesHeld += 1 }
         }
         return lastToken
     }
@@ -206,16 +262,18 @@ struct KeyIndex: Sendable {
     /// decides.
     mutating func keptDoomed(_ row: Row, token: UInt64) {
         guard !doomed.isEmpty, let doom = doomed[row.rowid], !doom.revived, doom.token == token else { return }
-        // Counted now if the loader passed it (it left it out); else the loader counts it.
+        // Counted now if the loader passed it (it left it out); else the loader counts it. A
+        // doom without its size kept the row's bytes (the index was told of no change since).
         if isCounted(row.rowid) {
             totals.entries += 1
-            totals.bytes += row.size
+            if !doom.holdsBytes { totals.bytes += row.size }
         }
         presence.insert(row.hash)
         revive(row.rowid, doom)
     }
 
-    /// The rows of a doom were deleted (those stored again since were kept).
+    /// The rows of a doom were deleted (those stored again since were kept), each also told
+    /// with ``deleted(_:)`` when its doom was without its size; releases the doom's rows.
     mutating func deletedDoomed(_ rowids: [Int64], token: UInt64) {
         for rowid in rowids { batchReleases.append((rowid, token)) }
     }
@@ -223,6 +281,7 @@ struct KeyIndex: Sendable {
     /// The batch committed: its releases wait for the reads that began before now.
     mutating func commitBatch() {
         doomedBeforeBatch = nil
+        reusedBeforeBatch = nil
         guard !batchReleases.isEmpty else { return }
         epoch += 1
         scheduled.append((epoch, batchReleases))
@@ -232,13 +291,22 @@ struct KeyIndex: Sendable {
 
     /// The batch rolled back: dooms are as before it; `recounted` holds the rows SQLite keeps.
     mutating func rollBackBatch(recounted rows: [Row]) {
-        if let before = doomedBeforeBatch { doomed = before }
+        if let before = doomedBeforeBatch {
+            doomed = before
+            bytesHeld = doomed.values.count { $0.holdsBytes }
+        }
         doomedBeforeBatch = nil
+        reusedBeforeBatch = nil
         batchReleases.removeAll(keepingCapacity: true)
         presence.removeAll(keepingCapacity: true)
         totals = Totals()
         loading = nil  // a full recount
-        for row in rows where doomed[row.rowid].map({ $0.revived }) ?? true {
+        for row in rows {
+            highestRowid = max(highestRowid, row.rowid)
+            if let doom = doomed[row.rowid], !doom.revived {
+                if doom.holdsBytes { totals.bytes += row.size }
+                continue
+            }
             presence.insert(row.hash)
             totals.entries += 1
             totals.bytes += row.size
@@ -260,6 +328,7 @@ struct KeyIndex: Sendable {
 
     private mutating func revive(_ rowid: Int64, _ doom: Doom) {
         journalDoomed()
+        if doom.holdsBytes { bytesHeld -= 1 }
         doomed[rowid] = Doom(token: doom.token, revived: true)
         batchReleases.append((rowid, doom.token))
     }
@@ -270,6 +339,8 @@ struct KeyIndex: Sendable {
         while let first = scheduled.first, first.epoch <= oldestRead {
             scheduled.removeFirst()
             for (rowid, token) in first.rows where doomed[rowid]?.token == token {
+                // Released once its row is gone or stored again: it holds no bytes by then.
+                if doomed[rowid]!.holdsBytes { bytesHeld -= 1 }
                 doomed[rowid] = nil
             }
         }

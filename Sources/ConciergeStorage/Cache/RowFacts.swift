@@ -200,6 +200,14 @@ struct RowFacts: Sendable {
         return heap.sortedOldestFirst()
     }
 
+    /// Whether the row has facts: for a rowid the loader has read (or above its ceiling), and
+    /// while ``needsRebuild`` is `false`, whether SQLite holds the row.
+    func contains(_ rowid: Int64) -> Bool {
+        let (page, slot) = Self.place(rowid)
+        guard let entries = pages[page] else { return false }
+        return entries.group[slot] != 0
+    }
+
     /// The row's last access; `nil` for a row without facts.
     func lastAccess(of rowid: Int64) -> Double? {
         let (page, slot) = Self.place(rowid)

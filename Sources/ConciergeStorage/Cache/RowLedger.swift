@@ -90,16 +90,20 @@ struct RowLedger: Sendable {
     }
 
     /// Rows invalidated now and deleted later in slices: unservable and counted out at once (their
-    /// facts stay until they are deleted). Returns the token ``deletedDoomed(_:kept:slice:token:)`` names.
-    mutating func doomed(_ rows: [KeyIndex.Row]) -> UInt64 { index.doom(rows) }
+    /// facts stay until they are deleted); rows not `sized` keep their bytes in the totals until
+    /// then (``KeyIndex/doom(_:sized:)``). Returns the token ``deletedDoomed(_:kept:slice:token:)`` names.
+    mutating func doomed(_ rows: [KeyIndex.Row], sized: Bool = true) -> UInt64 { index.doom(rows, sized: sized) }
 
-    /// A slice of a doom's rows went (`deleted`); `kept` were stored again since the invalidation
-    /// and stay. Returns the keys whose tag rows go too.
+    /// A slice of a doom's rows went (`deleted`, each with its key hash and size as the delete
+    /// returned them: the bytes of a doom without sizes go now, and a row stored again since
+    /// the doom, yet before its instant, goes like any deleted row); `kept` were stored again
+    /// since the invalidation and stay. Returns the keys whose tag rows go too.
     mutating func deletedDoomed(_ deleted: [Deleted], kept: [KeyIndex.Row], slice: [Int64], token: UInt64) -> [String] {
         var untag: [String] = []
         for row in deleted {
             if facts.mayHaveTags(row.row.rowid) { untag.append(row.key) }
             facts.remove(row.row.rowid)
+            index.deleted(row.row)
         }
         for row in kept { index.keptDoomed(row, token: token) }
         index.deletedDoomed(slice, token: token)
@@ -142,6 +146,12 @@ final class SharedLedger: Sendable {
     var totals: KeyIndex.Totals { ledger.withLock { $0.index.totals } }
 
     var isLoading: Bool { ledger.withLock { $0.index.isLoading } }
+
+    /// Whether the totals' bytes still hold those of doomed rows (``KeyIndex/bytesIncludeDoomedRows``).
+    var bytesIncludeDoomedRows: Bool { ledger.withLock { $0.index.bytesIncludeDoomedRows } }
+
+    /// Taken before reading the rows an invalidation matches (``KeyIndex/rowidMark``).
+    var rowidMark: UInt64 { ledger.withLock { $0.index.rowidMark } }
 
     /// The rowids the loader has still to read (after `through`, up to `ceiling`); `nil` once
     /// every row present at start-up was read.
