@@ -437,6 +437,22 @@ index_loaded() {
     echo "never"
 }
 
+# integrity_checked LOG [LIMIT]: the seconds the daemon's integrity check of a large file took
+# (its "storage integrity check passed" line, which a file over 32 MiB gets once the key index is
+# loaded), waiting up to LIMIT seconds (300); "never" if it did not pass in time. The check reads
+# every page: a measurement of CPU per request waits for it.
+integrity_checked() {
+    local i limit=${2:-300}
+    for ((i = 0; i < limit * 10; i++)); do
+        if grep -q "storage integrity check passed" "$1"; then
+            grep "storage integrity check passed" "$1" | tail -1 | grep -o 'seconds[=": ]*[0-9.]*' | grep -o '[0-9.]*$'
+            return 0
+        fi
+        sleep 0.1
+    done
+    echo "never"
+}
+
 # --- callgrind -------------------------------------------------------------------------------
 
 # callgrind_prepare BINARY: what valgrind 3.19 (Debian 12) needs to run a Swift 6 binary, in

@@ -121,9 +121,12 @@ public final class StorageDatabase: Sendable {
     /// (cache writes refused). Returns whether the file is intact.
     @discardableResult
     public func checkIntegrity(logger: Logger) async -> Bool {
-        guard Self.fileSize(path) > Self.startCheckBytes else { return true }
+        let bytes = Self.fileSize(path)
+        guard bytes > Self.startCheckBytes else { return true }
+        let began = ContinuousClock.now
         do {
             try await pool.read { db in try Self.quickCheck(db) }
+            logger.info("storage integrity check passed", metadata: ["bytes": "\(bytes)", "seconds": "\(ContinuousClock.now - began)"])
             return true
         } catch let error as DatabaseError where Self.isCorrupt(error) {
             _ = FileManager.default.createFile(atPath: Self.damagedMarker(path), contents: Data(Self.describe(error).utf8),
