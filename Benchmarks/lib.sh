@@ -423,13 +423,13 @@ PY
     CONCIERGE_PID=$(cat "$WORK/timed-start.pid"); track "$CONCIERGE_PID"
 }
 
-# index_loaded LOGFILE [SECONDS]: waits (60 s unless told) for the writer's "cache index loaded"
-# line; prints its seconds ("never" when it did not come).
-index_loaded() {
-    local i limit=${2:-60}
-    for ((i = 0; i < limit * 10; i++)); do
-        if grep -q "cache index loaded" "$1"; then
-            grep "cache index loaded" "$1" | tail -1 | grep -o 'seconds[=": ]*[0-9.]*' | grep -o '[0-9.]*$'
+# logged_seconds LOGFILE LINE SECONDS: waits up to SECONDS for a log line holding LINE; prints
+# the `seconds` of the last such line ("never" when none came).
+logged_seconds() {
+    local i
+    for ((i = 0; i < $3 * 10; i++)); do
+        if grep -q "$2" "$1"; then
+            grep "$2" "$1" | tail -1 | grep -o 'seconds[=": ]*[0-9.]*' | grep -o '[0-9.]*$'
             return 0
         fi
         sleep 0.1
@@ -437,21 +437,15 @@ index_loaded() {
     echo "never"
 }
 
-# integrity_checked LOG [LIMIT]: the seconds the daemon's integrity check of a large file took
-# (its "storage integrity check passed" line, which a file over 32 MiB gets once the key index is
-# loaded), waiting up to LIMIT seconds (300); "never" if it did not pass in time. The check reads
-# every page: a measurement of CPU per request waits for it.
-integrity_checked() {
-    local i limit=${2:-300}
-    for ((i = 0; i < limit * 10; i++)); do
-        if grep -q "storage integrity check passed" "$1"; then
-            grep "storage integrity check passed" "$1" | tail -1 | grep -o 'seconds[=": ]*[0-9.]*' | grep -o '[0-9.]*$'
-            return 0
-        fi
-        sleep 0.1
-    done
-    echo "never"
-}
+# index_loaded LOGFILE [SECONDS]: waits (60 s unless told) for the writer's "cache index loaded"
+# line; prints its seconds ("never" when it did not come).
+index_loaded() { logged_seconds "$1" "cache index loaded" "${2:-60}"; }
+
+# integrity_checked LOGFILE [SECONDS]: the seconds the daemon's integrity check of a large file
+# took (its "storage integrity check passed" line, which a file over 32 MiB gets once the key
+# index is loaded), waiting up to SECONDS (300); "never" if it did not pass in time. The check
+# reads every page: a measurement of CPU per request waits for it.
+integrity_checked() { logged_seconds "$1" "storage integrity check passed" "${2:-300}"; }
 
 # --- callgrind -------------------------------------------------------------------------------
 

@@ -13,27 +13,38 @@ struct DoomedBytesTests {
     func bytesGoWithTheSlices() async throws {
         let dir = try TempDirectory()
         defer { dir.remove() }
-        let fixture = try StoreFixture(path: dir.path("cache.sqlite"))
-        let store = fixture.store
         let count = CacheStore.inlineDeleteLimit + 10
-        for i in 0..<count { store.store(makeEntry(key: "k\(i)", size: 100)) }
+        let fixture = try Self.filled(dir, count: count)
+        let store = fixture.store
         for i in 0..<3 { store.store(makeEntry(key: "other\(i)", size: 300)) }
         try await fixture.flush()
         #expect(store.byteCount == count * 100 + 900)
         #expect(try await bounded("invalidate") { try await store.invalidate(.pattern("^k")) } == count)
         #expect(store.entryCount == 3, "counted out at once")
         let database = fixture.database
-        try await bounded("background delete") {
-            while try await database.pool.read({ try Int.fetchOne($0, sql: "SELECT count(*) FROM cache_entry") }) != 3 {
-                try await Task.sleep(for: .milliseconds(10))
-            }
-        }
+        try await Self.waitForRows(database, 3)
         // The last slice told the ledger in the transaction that a reader saw committed.
         #expect(store.byteCount == 900)
         #expect(store.entryCount == 3)
         #expect(try await database.pool.read { try Int.fetchOne($0, sql: "SELECT SUM(size) FROM cache_entry") } == 900)
         #expect(!store.writer.ledger.bytesIncludeDoomedRows)
         try await fixture.finish()
+    }
+
+    /// A store holding `count` entries `k0`, `k1`… of 100 bytes each, committed.
+    static func filled(_ dir: TempDirectory, count: Int) throws -> StoreFixture {
+        let fixture = try StoreFixture(path: dir.path("cache.sqlite"))
+        for i in 0..<count { fixture.store.store(makeEntry(key: "k\(i)", size: 100)) }
+        return fixture
+    }
+
+    /// Waits (bounded) until SQLite holds `rows` entries: the background delete is done.
+    static func waitForRows(_ database: StorageDatabase, _ rows: Int) async throws {
+        try await bounded("background delete") {
+            while try await database.pool.read({ try Int.fetchOne($0, sql: "SELECT count(*) FROM cache_entry") }) != rows {
+                try await Task.sleep(for: .milliseconds(10))
+            }
+        }
     }
 
     /// The rows of `^k` as a reader matched them (rowid mark included), deleted by the writer
@@ -53,10 +64,9 @@ struct DoomedBytesTests {
     func changedSinceTheMatch() async throws {
         let dir = try TempDirectory()
         defer { dir.remove() }
-        let fixture = try StoreFixture(path: dir.path("cache.sqlite"))
-        let store = fixture.store
         let count = CacheStore.inlineDeleteLimit + 10
-        for i in 0..<count { store.store(makeEntry(key: "k\(i)", size: 100)) }
+        let fixture = try Self.filled(dir, count: count)
+        let store = fixture.store
         try await fixture.flush()
         let removed = try await Self.deleteMatchedLater(fixture) {
             // k0 (a low rowid) goes; the top row goes and a new key takes its rowid.
@@ -70,11 +80,7 @@ struct DoomedBytesTests {
         #expect(await store.lookup("new") != nil)
         let database = fixture.database
         #expect(try await database.pool.read { try Int64.fetchOne($0, sql: "SELECT rowid FROM cache_entry WHERE key = 'new'") } == Int64(count))
-        try await bounded("background delete") {
-            while try await database.pool.read({ try Int.fetchOne($0, sql: "SELECT count(*) FROM cache_entry") }) != 1 {
-                try await Task.sleep(for: .milliseconds(10))
-            }
-        }
+        try await Self.waitForRows(database, 1)
         #expect(store.byteCount == 300)
         #expect(try await storedKeys(store) == ["new"])
         try await fixture.finish()
@@ -84,10 +90,9 @@ struct DoomedBytesTests {
     func storedAgainSinceTheMatch() async throws {
         let dir = try TempDirectory()
         defer { dir.remove() }
-        let fixture = try StoreFixture(path: dir.path("cache.sqlite"))
-        let store = fixture.store
         let count = CacheStore.inlineDeleteLimit + 10
-        for i in 0..<count { store.store(makeEntry(key: "k\(i)", size: 100)) }
+        let fixture = try Self.filled(dir, count: count)
+        let store = fixture.store
         try await fixture.flush()
         let removed = try await Self.deleteMatchedLater(fixture) {
             store.store(makeEntry(key: "k7", size: 200, storedAt: Date().timeIntervalSince1970 - 1))
@@ -97,11 +102,7 @@ struct DoomedBytesTests {
         #expect(store.entryCount == 0)
         #expect(await store.lookup("k7") == nil)
         let database = fixture.database
-        try await bounded("background delete") {
-            while try await database.pool.read({ try Int.fetchOne($0, sql: "SELECT count(*) FROM cache_entry") }) != 0 {
-                try await Task.sleep(for: .milliseconds(10))
-            }
-        }
+        try await Self.waitForRows(database, 0)
         #expect(store.byteCount == 0)
         try await fixture.finish()
     }
