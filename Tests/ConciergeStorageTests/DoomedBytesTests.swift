@@ -14,7 +14,7 @@ struct DoomedBytesTests {
         let dir = try TempDirectory()
         defer { dir.remove() }
         let count = CacheStore.inlineDeleteLimit + 10
-        let fixture = try Self.filled(dir, count: count)
+        let fixture = try await Self.filled(dir, count: count)
         let store = fixture.store
         for i in 0..<3 { store.store(makeEntry(key: "other\(i)", size: 300)) }
         try await fixture.flush()
@@ -32,9 +32,10 @@ struct DoomedBytesTests {
     }
 
     /// A store holding `count` entries `k0`, `k1`… of 100 bytes each, committed.
-    static func filled(_ dir: TempDirectory, count: Int) throws -> StoreFixture {
+    static func filled(_ dir: TempDirectory, count: Int) async throws -> StoreFixture {
         let fixture = try StoreFixture(path: dir.path("cache.sqlite"))
         for i in 0..<count { fixture.store.store(makeEntry(key: "k\(i)", size: 100)) }
+        try await fixture.flush()
         return fixture
     }
 
@@ -65,9 +66,8 @@ struct DoomedBytesTests {
         let dir = try TempDirectory()
         defer { dir.remove() }
         let count = CacheStore.inlineDeleteLimit + 10
-        let fixture = try Self.filled(dir, count: count)
+        let fixture = try await Self.filled(dir, count: count)
         let store = fixture.store
-        try await fixture.flush()
         let removed = try await Self.deleteMatchedLater(fixture) {
             // k0 (a low rowid) goes; the top row goes and a new key takes its rowid.
             #expect(try await store.invalidate(.pattern("^k0$")) == 1)
@@ -91,9 +91,8 @@ struct DoomedBytesTests {
         let dir = try TempDirectory()
         defer { dir.remove() }
         let count = CacheStore.inlineDeleteLimit + 10
-        let fixture = try Self.filled(dir, count: count)
+        let fixture = try await Self.filled(dir, count: count)
         let store = fixture.store
-        try await fixture.flush()
         let removed = try await Self.deleteMatchedLater(fixture) {
             store.store(makeEntry(key: "k7", size: 200, storedAt: Date().timeIntervalSince1970 - 1))
             try await fixture.flush()
