@@ -11,10 +11,7 @@ import Testing
 /// Requests recognised by their bytes (``RepeatedHitHandler``): a read that repeats a head
 /// answered from the hot tier is answered without the decoder, and only when that cannot
 /// change what any byte means.
-/// On the main actor: a connection's `EmbeddedChannel` is made and used across the fixture's
-/// awaits, and its event loop may only be used from the thread it was made on.
 @Suite("Repeated hits recognised by their bytes")
-@MainActor
 struct RepeatedHitTests {
     static let head = "GET /items?a=1 HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: application/json\r\n\r\n"
 
