@@ -66,8 +66,7 @@ extension CacheWriter {
                     let statement = try db.cachedStatement(sql: "SELECT key FROM cache_tag WHERE key > ? ORDER BY key LIMIT ?")
                     let raw = statement.sqliteStatement
                     defer { sqlite3_reset(raw) }
-                    let transient = unsafeBitCast(OpaquePointer(bitPattern: -1), to: sqlite3_destructor_type.self)  // SQLITE_TRANSIENT: SQLite copies the bytes
-                    _ = from.withCString { sqlite3_bind_text(raw, 1, $0, -1, transient) }
+                    _ = from.withCString { sqlite3_bind_text(raw, 1, $0, -1, Self.transient) }  // SQLite copies the key
                     sqlite3_bind_int64(raw, 2, Self.loadSliceRows)
                     var last: String?
                     var read = 0

@@ -34,7 +34,7 @@ extension CacheWriter {
             let tag = try db.cachedStatement(sql: "INSERT OR IGNORE INTO cache_tag (tag, key) VALUES (?, ?)")
             for name in entry.tags { try tag.execute(arguments: [name, entry.key]) }
             // A row the loader has not read yet learns of its tags from the filter.
-            if ledger.isLoading { loadingTags.withLock { $0?.insert(hash) } }
+            loadingTags.withLock { $0?.insert(hash) }  // nil once the index is loaded
         }
         let stored = RowFacts.Row(rowid: rowid, usableUntil: entry.usableUntil, lastAccess: now, endpoint: entry.endpoint,
                                   version: entry.version, userID: entry.userID, tagged: !entry.tags.isEmpty)
@@ -112,7 +112,7 @@ extension CacheWriter {
     }
 
     /// SQLite copies what is bound with this destructor (the bytes need not outlive the call).
-    private static let transient = unsafeBitCast(OpaquePointer(bitPattern: -1), to: sqlite3_destructor_type.self)
+    static let transient = unsafeBitCast(OpaquePointer(bitPattern: -1), to: sqlite3_destructor_type.self)
     /// SQLite uses what is bound with this destructor in place: the bytes must stay valid
     /// while the statement is stepped (`SQLITE_STATIC`).
     private static let lent: sqlite3_destructor_type? = nil
