@@ -22,7 +22,15 @@ let selectedTarget: @Sendable ([UInt8]) -> Void = {
     return target
 }()
 
-/// The executable's entry point under libFuzzer (built by `scripts/fuzz.sh` with
+/// The input callback libFuzzer's own `main` calls: a debug build links that `main` instead of
+/// aliasing it to `concierge_fuzz_main` below, so without this symbol it does not link.
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
+    selectedTarget(data.map { Array(UnsafeBufferPointer(start: $0, count: size)) } ?? [])
+    return 0
+}
+
+/// The executable's entry point under libFuzzer in a release build (`scripts/fuzz.sh`, with
 /// `-sanitize=fuzzer -DFUZZING`): SwiftPM aliases `main` to `concierge_fuzz_main`.
 @_cdecl("concierge_fuzz_main")
 public func fuzzMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> CInt {

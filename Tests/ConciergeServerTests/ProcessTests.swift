@@ -154,7 +154,11 @@ struct ProcessTests {
             let invalidate = try await cli(["invalidate", "--pattern", "limit=1"])
             #expect(invalidate.output.contains("removed 1 entries"), "\(invalidate.output)")
             let byEndpoint = try await cli(["invalidate", "--endpoint", "itemList"])
-            #expect(byEndpoint.output.contains("removed 2 entries"), "the marked one too: \(byEndpoint.output)")
+            // The marked entry has no stale window (ttl only), so on a slow run the sweeper
+            // (every 30 s) may have deleted it before this: then it logged so.
+            let swept = rig.logText.contains("sweeper removed stale entries")
+            #expect(byEndpoint.output.contains("removed 2 entries") || (swept && byEndpoint.output.contains("removed 1 entries")),
+                    "the marked one too: \(byEndpoint.output), swept: \(swept)")
             #expect(try await cli(["invalidate", "--all"]).status == 0)
             let session = try await cli(["session", "show"])
             #expect(session.output.contains("logged in as nina"))
