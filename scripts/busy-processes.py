@@ -18,6 +18,7 @@ import time
 
 
 def ticks_by_pid():
+    """Each process's parent and CPU ticks (user and system), from /proc/PID/stat."""
     ticks = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -41,16 +42,12 @@ def command_line(pid):
         return "?"
 
 
-def ancestors():
+def ancestors(ticks):
+    """This script and the processes it runs under, by the parents in `ticks`."""
     pid, chain = os.getpid(), set()
-    while pid > 1:
+    while pid > 1 and pid not in chain:
         chain.add(pid)
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                stat = f.read()
-        except OSError:
-            break
-        pid = int(stat[stat.rfind(")") + 2:].split()[1])
+        pid = ticks.get(pid, (0, 0))[0]
     return chain
 
 
@@ -65,7 +62,7 @@ def main():
     before = ticks_by_pid()
     time.sleep(args.window)
     after = ticks_by_pid()
-    mine = ancestors()
+    mine = ancestors(after)
     for pid, (ppid, ticks) in sorted(after.items()):
         if pid in mine or pid not in before:
             continue
