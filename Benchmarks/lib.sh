@@ -104,6 +104,18 @@ cpu_ticks() {
     done
     echo "$total"
 }
+# thread_ticks PID COMM: user+system CPU, in clock ticks, of PID's threads named COMM (a
+# thread's name as /proc/PID/task/TID/comm shows it, e.g. the cache writer's "cache-writer").
+thread_ticks() {
+    local total=0 task rest
+    for task in /proc/"$1"/task/*; do
+        [ "$(cat "$task/comm" 2>/dev/null)" = "$2" ] || continue
+        rest=$(sed 's/^.*) //' "$task/stat" 2>/dev/null) || continue
+        set -- $rest
+        total=$((total + ${12} + ${13}))
+    done
+    echo "$total"
+}
 # System (kernel) part of that CPU time, in clock ticks.
 sys_ticks() {
     local total=0 pid rest

@@ -71,7 +71,8 @@ public enum FuzzTargets {
     }
 
     /// The code-only envelope read against the full parser: whenever the scan says the text
-    /// is JSON, the parser agrees, and both find the same value at each path.
+    /// is JSON, the parser agrees, and both find the same value at each path. The stored header
+    /// list reader (``JSONPairList``) too: whatever it reads, the parser reads alike.
     public static func jsonScan(_ data: [UInt8]) {
         let full = JSONValue.parse(data)
         for path in ["code", "errcode", "meta.code", "data.0", "0.code", "a.b.c", ""] {
@@ -84,6 +85,16 @@ public enum FuzzTargets {
             case .found(let value):
                 guard let full else { preconditionFailure("scan accepted what the parser refuses (path \(path))") }
                 guard full[path: path] == value else { preconditionFailure("scan and parser disagree at \(path)") }
+            }
+        }
+        // A stored header list read without the parser: whenever the reader answers, the
+        // parser reads the same pairs.
+        if let pairs = JSONPairList.read(data) {
+            guard case .array(let items)? = full, items.count == pairs.count else { preconditionFailure("pair list reader and parser disagree") }
+            for (item, pair) in zip(items, pairs) {
+                guard case .array(let parts) = item, parts.count == 2, parts[0].stringValue == pair.0, parts[1].stringValue == pair.1 else {
+                    preconditionFailure("pair list reader and parser disagree on a pair")
+                }
             }
         }
         // What the pipeline classifies without a tree: the same outcome and code as from the

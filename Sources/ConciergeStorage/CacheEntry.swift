@@ -109,7 +109,20 @@ public struct CacheEntry: Sendable {
 
     /// Headers stored as a JSON list of `[name, value]` pairs (``JSONValue/serializedPairs(_:)``).
     public static func headers(fromPairs text: String) -> HTTPHeaders {
-        guard case .array(let items)? = JSONValue.parse(text) else { return HTTPHeaders() }
+        var text = text
+        return text.withUTF8 { headers(fromPairs: UnsafeRawBufferPointer($0)) }
+    }
+
+    /// ``headers(fromPairs:)-(String)`` from the text's bytes (a column read in place): the
+    /// pairs as the writer wrote them (``JSONPairList``, no tree), else the full parser's reading.
+    public static func headers(fromPairs bytes: UnsafeRawBufferPointer) -> HTTPHeaders {
+        if let pairs = JSONPairList.read(bytes) { return HTTPHeaders(pairs) }
+        return parsedHeaders(fromPairs: Array(bytes))
+    }
+
+    /// The full parser's reading of a stored header list (what ``JSONPairList`` leaves to it).
+    public static func parsedHeaders(fromPairs bytes: [UInt8]) -> HTTPHeaders {
+        guard case .array(let items)? = JSONValue.parse(bytes) else { return HTTPHeaders() }
         var headers = HTTPHeaders()
         for item in items {
             if case .array(let parts) = item, parts.count == 2, let name = parts[0].stringValue, let value = parts[1].stringValue {

@@ -269,6 +269,11 @@ public final class StorageDatabase: Sendable {
             // here under its store key (``SessionStore/key``).
             try db.execute(sql: SessionStore.createNamedTable)
         }
+        migrator.registerMigration("v10: access times saved by page of rowids") { db in
+            // The writer's reads of rows, 256 `Double`s a row (``RowFacts``): a read no longer
+            // rewrites its row's page of `cache_entry` (`last_access` stays the store time).
+            try db.execute(sql: "CREATE TABLE cache_access (page INTEGER PRIMARY KEY, times BLOB NOT NULL)")
+        }
         return migrator
     }
 

@@ -278,6 +278,82 @@ struct RowFactsTests {
         try await reopened.finish()
     }
 
+    @Test("access times are saved by page: what was read since the last save, the page's times in rowid order; a page given back is deleted; read back, the later time wins")
+    func accessTimesByPage() {
+        var facts = RowFacts()
+        for rowid: Int64 in [1, 2, 300] {
+            facts.set(rowid, usableUntil: 100, lastAccess: 10, endpoint: "e", version: 1, userID: nil)
+        }
+        #expect(facts.takeUnsavedAccessPages(10).isEmpty, "stores are saved with their rows")
+        facts.touch(2, at: 20)
+        facts.touch(300, at: 30)
+        facts.touch(999, at: 40)  // no such row
+        let saved = facts.takeUnsavedAccessPages(10)
+        #expect(saved.map(\.page) == [0, 1])
+        let times = try? #require(saved.first?.times)
+        #expect(times?.count == RowFacts.pageRows * 8)
+        func time(_ bytes: [UInt8]?, _ slot: Int) -> Double? {
+            bytes.map { b in b.withUnsafeBytes { Double(bitPattern: UInt64(littleEndian: $0.loadUnaligned(fromByteOffset: slot * 8, as: UInt64.self))) } }
+        }
+        #expect(time(times, 1) == 10 && time(times, 2) == 20 && time(times, 3)?.isNaN == true)
+        #expect(facts.takeUnsavedAccessPages(10).isEmpty, "taken pages are saved")
+        // The limit takes the lowest pages first; the rest wait.
+        facts.touch(300, at: 31)
+        facts.touch(1, at: 11)
+        #expect(facts.takeUnsavedAccessPages(1).map(\.page) == [0])
+        #expect(facts.unsavedAccessPageCount == 1)
+        _ = facts.takeUnsavedAccessPages(10)
+        // The page's last row goes: its saved times go too.
+        facts.remove(300)
+        let gone = facts.takeUnsavedAccessPages(10)
+        #expect(gone.count == 1 && gone[0].page == 1 && gone[0].times == nil)
+
+        // Read back into facts loaded from SQLite: the later of the two times, rows only.
+        var loaded = RowFacts()
+        loaded.set(1, usableUntil: 100, lastAccess: 50, endpoint: "e", version: 1, userID: nil)  // stored again since
+        loaded.set(2, usableUntil: 100, lastAccess: 10, endpoint: "e", version: 1, userID: nil)
+        let merged = times.map { bytes in bytes.withUnsafeBytes { loaded.merge(savedAccessTimes: $0, page: 0) } }
+        #expect(merged == true)
+        #expect(loaded.lastAccess(of: 1) == 50 && loaded.lastAccess(of: 2) == 20 && loaded.lastAccess(of: 3) == nil)
+        #expect(times.map { bytes in bytes.withUnsafeBytes { loaded.merge(savedAccessTimes: $0, page: 7) } } == false, "no rows on that page")
+        loaded.forgetSavedAccessPages([7, 0])
+        #expect(loaded.takeUnsavedAccessPages(10).map(\.page) == [7], "a page with rows keeps its saved times")
+    }
+
+    @Test("a read of SQLite leaves its row's page alone: the time goes to the page's saved times, read back after a restart")
+    func readsSavedByPage() async throws {
+        let dir = try TempDirectory()
+        defer { dir.remove() }
+        let path = dir.path("cache.sqlite")
+        let clock = ManualClock()
+        let storedAt = clock.now
+        let fixture = try StoreFixture(path: path, memoryBytes: 0, clock: clock.wallClock)
+        for i in 0..<3 { fixture.store.store(makeEntry(key: Self.key(i), endpoint: "blob", storedAt: storedAt)) }
+        try await fixture.flush()
+        try await bounded("index loaded") { await fixture.store.indexLoaded() }
+        clock.advance(by: 5)
+        #expect(try await bounded("lookup") { await fixture.store.lookup(Self.key(1)) } != nil)
+        try await fixture.flush()
+        let rowid = try await rowid(of: Self.key(1), in: fixture)
+        let (lastAccess, saved) = try await fixture.database.pool.read { db in
+            (try Double.fetchOne(db, sql: "SELECT last_access FROM cache_entry WHERE key = ?", arguments: [Self.key(1)]),
+             try Data.fetchOne(db, sql: "SELECT times FROM cache_access WHERE page = ?", arguments: [rowid >> Int64(RowFacts.pageBits)]))
+        }
+        #expect(lastAccess == storedAt, "the row was rewritten for a read")
+        let savedTime = saved.map { data in
+            data.withUnsafeBytes { Double(bitPattern: UInt64(littleEndian: $0.loadUnaligned(fromByteOffset: Int(rowid & 255) * 8, as: UInt64.self))) }
+        }
+        #expect(savedTime == storedAt + 5, "the first batch after the read saves its page")
+        #expect(fixture.store.writer.facts.withLock { $0.lastAccess(of: rowid) } == storedAt + 5)
+        try await fixture.finish()
+
+        let reopened = try StoreFixture(path: path, memoryBytes: 0, clock: clock.wallClock)
+        try await bounded("index loaded") { await reopened.store.indexLoaded() }
+        #expect(reopened.store.writer.facts.withLock { $0.lastAccess(of: rowid) } == storedAt + 5)
+        #expect(reopened.store.writer.facts.withLock { $0.oldest(3).last } == rowid, "the row read is the most recent")
+        try await reopened.finish()
+    }
+
     @Test("a soft purge brings the expiry forward, by criteria and by matched rows; deletes take rows out")
     func softPurgeAndDeletes() async throws {
         let dir = try TempDirectory()

@@ -42,6 +42,8 @@ extension CacheWriter {
             }
             if queue.withLock({ !$0.work.isEmpty }) { drain() }
         }
+        // Before anyone is told: eviction and the callers of `indexLoaded()` see the reads.
+        if !ledger.isLoading { mergeSavedAccessTimes() }
         loadingTags.withLock { $0 = nil }
         for waiter in loadWaiters.withLock({ waiters in defer { waiters = nil }; return waiters ?? [] }) { waiter.resume() }
         if !ledger.isLoading {

@@ -145,6 +145,7 @@ extension CacheWriter {
             // SQLite's count: the whole table goes without visiting rows.
             let rowsDeleted = db.changesCount
             try db.execute(sql: "DELETE FROM cache_tag")
+            try db.execute(sql: "DELETE FROM cache_access")
             try InvalidationJournal.clear(in: db)
             return ledger.update { $0.deletedAll(rowsDeleted: rowsDeleted) }
         case .rows(let filter):

@@ -45,6 +45,8 @@ final class CacheWriter: Sendable {
     private let committedSinceTrim = Mutex(0)
     /// Work that the current batch asks for once it commits (dropped if it rolls back).
     private let followUps = Mutex<[Work]>([])
+    /// When ``saveAccessTimes(in:now:all:)`` saves next.
+    let nextAccessSave = Mutex(0.0)
     /// Callers of ``indexLoaded()`` while the index loads; `nil` once it is loaded (or the writer stopped).
     let loadWaiters: Mutex<[CheckedContinuation<Void, Never>]?>
     /// ``batchStatements(_:)``, once prepared.
@@ -214,6 +216,7 @@ final class CacheWriter: Sendable {
             drain()
         }
         drain()
+        saveReadsAtStop()
         // Finalized with the writer, on its connection: SQLite refuses to close a connection
         // whose statements are still prepared.
         try? database.pool.writeWithoutTransaction { _ in preparedStatements.statements = nil }
@@ -309,6 +312,7 @@ final class CacheWriter: Sendable {
                         Result<Int, any Error>.success(try self.apply(work, in: db, now: now, upsert: upsert))
                     }
                     try self.recordAccesses(touches, in: db)
+                    try self.saveAccessTimes(in: db, now: now)
                     return (results, db.totalChangesCount != changesBefore)
                 }
             }
@@ -391,25 +395,12 @@ final class CacheWriter: Sendable {
         }
     }
 
-    /// The access log's reads since the last batch: each row's `last_access`, in SQLite (for a
-    /// restart) and in the eviction order (``RowFacts``).
-    private func recordAccesses(_ touches: [String: Double], in db: Database) throws {
-        guard !touches.isEmpty else { return }
-        let touch = try db.cachedStatement(sql: "UPDATE cache_entry SET last_access = ? WHERE key = ? RETURNING rowid")
-        var touched: [(rowid: Int64, at: Double)] = []
-        touched.reserveCapacity(touches.count)
-        for (key, at) in touches {
-            if let rowid = try Int64.fetchOne(touch, arguments: [at, key]) { touched.append((rowid, at)) }
-        }
-        // A batch that rolls back reads the facts again from SQLite (``rollBackIndex()``).
-        ledger.update { $0.touched(touched) }
-    }
-
     /// After a failed transaction: the ledger as SQLite still has the rows.
     func rollBackIndex() {
         do {
             let (rows, rowFacts) = try database.pool.read { db in try Self.allRows(db) }
             ledger.update { $0.rolledBack(recounted: rows, facts: rowFacts) }
+            if !ledger.isLoading { mergeSavedAccessTimes() }
         } catch {
             logger.error("cache index recount failed", metadata: ["error": "\(error)"])
             ledger.update { $0.rolledBack(recounted: [], facts: nil) }
@@ -422,6 +413,7 @@ final class CacheWriter: Sendable {
         guard ledger.scanFacts({ $0.needsRebuild }) else { return }
         let (_, rowFacts) = try Self.allRows(db)
         ledger.update { $0.rebuiltFacts(rowFacts) }
+        if !ledger.isLoading { try mergeSavedAccessTimes(db) }
     }
 
     /// Every row's id, key hash and size, and its facts.

@@ -85,6 +85,9 @@ struct RowFacts: Sendable {
     }
 
     private var pages: [Int64: Page] = [:]
+    /// Pages whose access times changed since they were last saved (``takeUnsavedAccessPages(_:)``),
+    /// and pages given back since (their saved times go too).
+    private var unsavedAccessPages = Set<Int64>()
     private var groups = Interned<Group>()
     private var users = Interned<String>()
     /// Rows with facts.
@@ -147,6 +150,7 @@ struct RowFacts: Sendable {
         let (page, slot) = Self.place(rowid)
         guard let group = pages[page]?.group[slot], group != 0 else { return }
         pages[page]!.lastAccess[slot] = time
+        unsavedAccessPages.insert(page)
     }
 
     mutating func remove(_ rowid: Int64) {
@@ -156,17 +160,63 @@ struct RowFacts: Sendable {
         count -= 1
         if entries.count == 1 {
             pages[page] = nil
+            unsavedAccessPages.insert(page)
         } else {
             pages[page]!.clear(slot)
         }
     }
 
-    /// The table was emptied.
+    /// The table was emptied (its saved access times with it), or is read again.
     mutating func removeAll() {
+        unsavedAccessPages.removeAll()
         pages.removeAll()
         groups = Interned()
         users = Interned()
         count = 0
+    }
+
+    // MARK: Access times saved by page
+
+    /// Up to `limit` pages whose reads are not saved yet (the lowest first), each with the
+    /// bytes to save: its rows' access times (``accessTimes(_:)``), or `nil` for a page given
+    /// back, whose saved times go.
+    mutating func takeUnsavedAccessPages(_ limit: Int) -> [(page: Int64, times: [UInt8]?)] {
+        guard !unsavedAccessPages.isEmpty else { return [] }
+        let taken = unsavedAccessPages.count <= limit ? unsavedAccessPages.sorted() : Array(unsavedAccessPages.sorted().prefix(limit))
+        unsavedAccessPages.subtract(taken)
+        return taken.map { ($0, pages[$0].map(Self.accessTimes)) }
+    }
+
+    /// Pages whose reads are not saved yet.
+    var unsavedAccessPageCount: Int { unsavedAccessPages.count }
+
+    /// Saved pages that have no row: their saved times are deleted at the next save.
+    mutating func forgetSavedAccessPages(_ gone: [Int64]) {
+        for page in gone where pages[page] == nil { unsavedAccessPages.insert(page) }
+    }
+
+    /// A page's access times as saved: ``pageRows`` little-endian `Double`s by slot, NaN where
+    /// there is no row.
+    private static func accessTimes(_ page: Page) -> [UInt8] {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(pageRows * 8)
+        for time in page.lastAccess { withUnsafeBytes(of: time.bitPattern.littleEndian) { bytes.append(contentsOf: $0) } }
+        return bytes
+    }
+
+    /// Saved access times read back: each row of the page with facts takes the later of its
+    /// own time and the saved one (a row stored after the save has its own, later time; a
+    /// saved time of a row gone since is never newer than what took its rowid). Whether the
+    /// page still has rows (else its saved times are of no use).
+    @discardableResult
+    mutating func merge(savedAccessTimes bytes: UnsafeRawBufferPointer, page: Int64) -> Bool {
+        guard pages[page] != nil else { return false }
+        let slots = min(Self.pageRows, bytes.count / 8)
+        for slot in 0..<slots where pages[page]!.group[slot] != 0 {
+            let saved = Double(bitPattern: UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: slot * 8, as: UInt64.self)))
+            if saved > pages[page]!.lastAccess[slot] { pages[page]!.lastAccess[slot] = saved }  // false for NaN
+        }
+        return true
     }
 
     /// The rows whose `usable_until` is `now` or earlier.

@@ -121,6 +121,19 @@ struct RowLedger: Sendable {
         for row in rows { facts.touch(row.rowid, at: row.at) }
     }
 
+    /// Pages of access times to save (``RowFacts/takeUnsavedAccessPages(_:)``).
+    mutating func takeUnsavedAccessPages(_ limit: Int) -> [(page: Int64, times: [UInt8]?)] {
+        facts.takeUnsavedAccessPages(limit)
+    }
+
+    /// A saved page of access times read back; `false` when the page has no row left.
+    mutating func mergeSavedAccessTimes(_ bytes: UnsafeRawBufferPointer, page: Int64) -> Bool {
+        facts.merge(savedAccessTimes: bytes, page: page)
+    }
+
+    /// Saved pages with no row left: deleted at the next save.
+    mutating func forgetSavedAccessPages(_ pages: [Int64]) { facts.forgetSavedAccessPages(pages) }
+
     /// The next rowids the loader reads, at most `count`; `nil` once every row present at
     /// start-up is loaded.
     func nextLoadSlice(_ count: Int64) -> (after: Int64, upTo: Int64)? { index.nextLoadSlice(count) }
