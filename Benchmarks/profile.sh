@@ -125,7 +125,7 @@ if [ "$PROFILER" != callgrind ] && [ "$perf_ok" = 1 ]; then
             || die "perf record failed: $(tail -3 "$WORK/perf-$kind.log")"
         rc=0; wait "$WRK" || rc=$?; untrack "$WRK"
         [ "$rc" = 0 ] || die "wrk failed"
-        samples=$(perf report -i "$OUT_DIR/perf-$kind.data" --stdio --no-children -g none --sort comm 2>/dev/null | awk '/^# Samples:/ {print $3; exit}')
+        samples=$(perf report -i "$OUT_DIR/perf-$kind.data" --stdio --no-children -g none --sort comm 2>/dev/null | awk '/^# Samples:/ && !found {found = 1; print $3}')
         {
             echo
             echo "perf $kind: $samples samples of $PERF_EVENT over ${DUR_S}s ($(wrk_rps "$OUT_DIR/perf-wrk-$kind.txt") req/s under perf); top $TOP symbols by self time:"

@@ -21,6 +21,8 @@
 # 4. HIT from SQLite: Concierge restarted with storage.memory_bytes: 0 (no memory tier), the
 #    index loaded; wrk with a script that walks every filled key in a scattered order
 #    (n = (i * 7919 + 13) mod size), so every request is a lookup of the key's row in SQLite.
+#    For both HIT runs, the cache writer thread's share of the CPU too (reads reach it as
+#    access times, saved by page of rowids).
 # 5. Instructions per request (callgrind; lib.sh's callgrind machinery, as profile.sh): Concierge
 #    under valgrind (memory tier on), instrumentation off until the index is loaded, then
 #    WARMUP requests, CALLGRIND_REQUESTS requests of the hot key, and CALLGRIND_REQUESTS of
@@ -264,8 +266,10 @@ callgrind_size() {
 # sweeps, every 30 s, are paid by time, not by request) and the rest, the request path's.
 cg_split() {
     local writer
+    # awk reads to the end: leaving at the first match closed the pipe under the demangler,
+    # whose SIGPIPE failed the pipeline and, with `set -e`, ended the script without a word.
     writer=$(callgrind_annotate --inclusive=yes --threshold=100 "$3" 2>/dev/null | cg_demangle \
-        | awk '/\?\?\?:CacheWriter\.loop\(\) \[/ {gsub(/,/, "", $1); print $1; exit}')
+        | awk '/\?\?\?:CacheWriter\.loop\(\) \[/ && !found {found = 1; gsub(/,/, "", $1); print $1}')
     R[$1:$2_writer]=$(( ${writer:-0} / CALLGRIND_REQUESTS ))
     R[$1:$2_path]=$(( ${R[$1:$2]} - ${R[$1:$2_writer]} ))
 }

@@ -97,22 +97,10 @@ public enum JSONPairList {
             return nil
         }
 
-        private mutating func hex4() -> UInt32? {
+        private mutating func hex4() -> UInt16? {
             guard at + 4 <= bytes.count else { return nil }
-            var code: UInt32 = 0
-            for _ in 0..<4 {
-                let byte = bytes[at]
-                at += 1
-                let digit: UInt8
-                switch byte {
-                case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = byte - UInt8(ascii: "0")
-                case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = byte - UInt8(ascii: "a") + 10
-                case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = byte - UInt8(ascii: "A") + 10
-                default: return nil
-                }
-                code = code << 4 | UInt32(digit)
-            }
-            return code
+            defer { at += 4 }
+            return JSONScan.hex4(bytes[at..<(at + 4)])
         }
 
         /// ASCII as it is; other bytes only when they are valid UTF-8 (the full parser

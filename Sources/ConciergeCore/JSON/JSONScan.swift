@@ -9,6 +9,22 @@
 ///   the last word (it may accept what the scan refuses: a byte-order mark, deep nesting,
 ///   other encodings). The fuzz target `jsonscan` checks this against the full parser.
 public enum JSONScan {
+    /// The four hex digits of a `\u` escape, or `nil` if one is not a hex digit.
+    static func hex4<Digits: Collection<UInt8>>(_ digits: Digits) -> UInt16? {
+        var value: UInt16 = 0
+        for byte in digits {
+            let digit: UInt8
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = byte - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = byte - UInt8(ascii: "a") + 10
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = byte - UInt8(ascii: "A") + 10
+            default: return nil
+            }
+            value = value << 4 | UInt16(digit)
+        }
+        return value
+    }
+
     public enum Result: Equatable, Sendable {
         /// Not JSON as far as the scan goes (ask the full parser).
         case notJSON
@@ -279,18 +295,7 @@ public enum JSONScan {
 
         func hex4(at position: Int) -> UInt16? {
             guard position + 4 <= bytes.count else { return nil }
-            var value: UInt16 = 0
-            for byte in bytes[position..<(position + 4)] {
-                let digit: UInt8
-                switch byte {
-                case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = byte - UInt8(ascii: "0")
-                case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = byte - UInt8(ascii: "a") + 10
-                case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = byte - UInt8(ascii: "A") + 10
-                default: return nil
-                }
-                value = value << 4 | UInt16(digit)
-            }
-            return value
+            return JSONScan.hex4(bytes[position..<(position + 4)])
         }
 
         /// One well-formed UTF-8 sequence of 2–4 bytes (no overlongs, no surrogates).
