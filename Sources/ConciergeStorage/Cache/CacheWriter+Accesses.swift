@@ -41,10 +41,11 @@ extension CacheWriter {
 
     /// Saves the access times of pages read since they were last saved (`cache_access`: one
     /// row of 256 times per page of rowids), at most every ``accessSaveInterval`` seconds
-    /// (``accessSavePages`` a batch) and all of them as the writer stops. A read costs no page of `cache_entry` rewritten (a random
-    /// one for each read of a large cache, 4 KiB of WAL each); what is written is bounded by
-    /// the pages read, 2 KiB for 256 rows, whatever the rate of reads. A `kill -9` loses the
-    /// reads since the last save: eviction may then take those entries earlier.
+    /// (``accessSavePages`` a batch) and all of them as the writer stops. A read rewrites no
+    /// page of `cache_entry` (a random one for each read of a large cache, 4 KiB of WAL each);
+    /// what is written is bounded by the pages read, 2 KiB for 256 rows, whatever the rate of
+    /// reads. A `kill -9` loses the reads since the last save: eviction may then take those
+    /// entries earlier.
     func saveAccessTimes(in db: Database, now: Double, all: Bool = false) throws {
         guard !ledger.isLoading, all || now >= nextAccessSave.withLock({ $0 }) else { return }
         let pages = ledger.update { $0.takeUnsavedAccessPages(all ? Int.max : Self.accessSavePages) }
