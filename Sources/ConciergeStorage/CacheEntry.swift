@@ -121,7 +121,7 @@ public struct CacheEntry: Sendable {
     }
 
     /// The full parser's reading of a stored header list (what ``JSONPairList`` leaves to it).
-    public static func parsedHeaders(fromPairs bytes: [UInt8]) -> HTTPHeaders {
+    private static func parsedHeaders(fromPairs bytes: [UInt8]) -> HTTPHeaders {
         guard case .array(let items)? = JSONValue.parse(bytes) else { return HTTPHeaders() }
         var headers = HTTPHeaders()
         for item in items {

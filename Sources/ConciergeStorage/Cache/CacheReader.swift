@@ -77,10 +77,7 @@ final class CacheReader: Sendable {
     /// Foundation's decoder (together about 150k instructions a read).
     static func row(keyed key: String, with statement: Statement, in db: Database) throws -> (Int64, CacheEntry)? {
         let sql = statement.sqliteStatement
-        defer {
-            sqlite3_reset(sql)
-            sqlite3_clear_bindings(sql)
-        }
+        defer { sqlite3_reset(sql) }  // the key was bound as a copy: nothing dangles
         var key = key
         let code = key.withUTF8 { bytes -> Int32 in
             guard let base = bytes.baseAddress, bytes.count > 0 else { return sqlite3_bind_text(sql, 1, "", 0, nil) }

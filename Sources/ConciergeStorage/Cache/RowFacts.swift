@@ -182,7 +182,7 @@ struct RowFacts: Sendable {
     /// back, whose saved times go.
     mutating func takeUnsavedAccessPages(_ limit: Int) -> [(page: Int64, times: [UInt8]?)] {
         guard !unsavedAccessPages.isEmpty else { return [] }
-        let taken = unsavedAccessPages.count <= limit ? unsavedAccessPages.sorted() : Array(unsavedAccessPages.sorted().prefix(limit))
+        let taken = Array(unsavedAccessPages.sorted().prefix(limit))
         unsavedAccessPages.subtract(taken)
         return taken.map { ($0, pages[$0].map(Self.accessTimes)) }
     }
