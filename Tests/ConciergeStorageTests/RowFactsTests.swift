@@ -354,6 +354,38 @@ struct RowFactsTests {
         try await reopened.finish()
     }
 
+    @Test("the loader merges saved access times page by page: whole pages with their slice, the last one after it")
+    func savedTimesMergedBySlice() async throws {
+        let dir = try TempDirectory()
+        defer { dir.remove() }
+        let path = dir.path("cache.sqlite")
+        let clock = ManualClock()
+        let storedAt = clock.now
+        let fixture = try StoreFixture(path: path, memoryBytes: 0, clock: clock.wallClock)
+        // Three pages of rowids: 1–255, 256–511 (whole once the loader's slice ends at 600),
+        // and 512–600, which the slice leaves partial.
+        for i in 0..<600 { fixture.store.store(makeEntry(key: Self.key(i), endpoint: "blob", storedAt: storedAt)) }
+        try await fixture.flush()
+        try await bounded("index loaded") { await fixture.store.indexLoaded() }
+        var read: [Int64: Double] = [:]
+        for (step, i) in [10, 300, 590].enumerated() {
+            clock.advance(by: 5)
+            #expect(try await bounded("lookup") { await fixture.store.lookup(Self.key(i)) } != nil)
+            read[try await rowid(of: Self.key(i), in: fixture)] = storedAt + 5 * Double(step + 1)
+        }
+        #expect(Set(read.keys.map { $0 >> Int64(RowFacts.pageBits) }) == [0, 1, 2])
+        try await fixture.flush()
+        try await fixture.finish()
+
+        let reopened = try StoreFixture(path: path, memoryBytes: 0, clock: clock.wallClock)
+        try await bounded("index loaded") { await reopened.store.indexLoaded() }
+        for (rowid, time) in read {
+            #expect(reopened.store.writer.facts.withLock { $0.lastAccess(of: rowid) } == time, "row \(rowid)")
+        }
+        #expect(Set(reopened.store.writer.facts.withLock { $0.oldest(600).suffix(3) }) == Set(read.keys), "the rows read are the most recent")
+        try await reopened.finish()
+    }
+
     @Test("a soft purge brings the expiry forward, by criteria and by matched rows; deletes take rows out")
     func softPurgeAndDeletes() async throws {
         let dir = try TempDirectory()

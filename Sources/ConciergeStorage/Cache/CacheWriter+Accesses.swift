@@ -81,19 +81,24 @@ extension CacheWriter {
         }
     }
 
-    /// The saved access times read into the facts (after the loader, or a rebuild of the
-    /// facts): a page with no row left has its saved times deleted at the next save.
-    func mergeSavedAccessTimes() {
+    /// The saved access times of `pages` read into the facts (by the loader, a slice at a
+    /// time, or after a rebuild of the facts): a page with no row left has its saved times
+    /// deleted at the next save. `false` when they could not be read (logged).
+    @discardableResult
+    func mergeSavedAccessTimes(pages: Range<Int64> = 0..<Int64.max) -> Bool {
         do {
-            try database.pool.read { db in try mergeSavedAccessTimes(db) }
+            try database.pool.read { db in try mergeSavedAccessTimes(db, pages: pages) }
+            return true
         } catch {
             logger.error("cache: reading the saved access times failed", metadata: ["error": "\(error)"])
+            return false
         }
     }
 
-    /// ``mergeSavedAccessTimes()`` on a connection the caller holds.
-    func mergeSavedAccessTimes(_ db: Database) throws {
-        let rows = try Row.fetchCursor(db, sql: "SELECT page, times FROM cache_access")
+    /// ``mergeSavedAccessTimes(pages:)`` on a connection the caller holds.
+    func mergeSavedAccessTimes(_ db: Database, pages: Range<Int64> = 0..<Int64.max) throws {
+        let select = try db.cachedStatement(sql: "SELECT page, times FROM cache_access WHERE page >= ? AND page < ?")
+        let rows = try Row.fetchCursor(select, arguments: [pages.lowerBound, pages.upperBound])
         var gone: [Int64] = []
         var read: [(Int64, Data)] = []
         while let row = try rows.next() {

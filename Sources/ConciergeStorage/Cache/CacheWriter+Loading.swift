@@ -23,6 +23,8 @@ extension CacheWriter {
         // Which keys have tags: the tag table's keys read once, not probed for each row.
         let tagsKnown = readTaggedKeys(upTo: ceiling)
         let sql = tagsKnown ? Self.untaggedRowColumns : Self.rowColumns
+        // The saved access times of the pages below this are merged into the facts.
+        var mergedPages: Int64 = 0
         while !isStopping, let slice = ledger.update({ $0.nextLoadSlice(Self.loadSliceRows) }) {
             do {
                 // Between batches: no write is in flight, so the slice is as the index was told.
@@ -35,6 +37,11 @@ extension CacheWriter {
                     }
                 }
                 ledger.update { $0.loaded(rows, facts: rowFacts, through: slice.upTo) }
+                // The pages of rowids this slice completed get their saved access times now,
+                // a slice's worth at a time (32 pages, 64 KiB), not the whole table at the end
+                // (78 MB at ten million rows, which held the writer for as long).
+                let whole = (slice.upTo + 1) >> Int64(RowFacts.pageBits)
+                if whole > mergedPages, mergeSavedAccessTimes(pages: mergedPages..<whole) { mergedPages = whole }
             } catch {
                 failures += 1
                 if failures == 1 { logger.error("cache index: reading the rows failed; retrying", metadata: ["error": "\(error)"]) }
@@ -43,7 +50,8 @@ extension CacheWriter {
             if queue.withLock({ !$0.work.isEmpty }) { drain() }
         }
         // Before anyone is told: eviction and the callers of `indexLoaded()` see the reads.
-        if !ledger.isLoading { mergeSavedAccessTimes() }
+        // Left: the page the last slice ended in, and pages of rows stored since start-up.
+        if !ledger.isLoading { mergeSavedAccessTimes(pages: mergedPages..<Int64.max) }
         loadingTags.withLock { $0 = nil }
         for waiter in loadWaiters.withLock({ waiters in defer { waiters = nil }; return waiters ?? [] }) { waiter.resume() }
         if !ledger.isLoading {
