@@ -54,6 +54,45 @@ struct RowFactsTests {
         #expect(times.internedCounts == (2, 1))
     }
 
+    @Test("the rows due are those of a model after random sets, expiry changes and removals (pages without a due row are passed over)")
+    func dueMatchesModel() {
+        var generator = SystemRandomNumberGenerator()
+        for round in 0..<10 {
+            var facts = RowFacts()
+            var model: [Int64: Double] = [:]
+            // Few pages, so that rows share them and each page's earliest time moves both ways.
+            let span = Int64(RowFacts.pageRows * (1 + round % 3))
+            for _ in 0..<1000 {
+                let rowid = Int64.random(in: 1...span, using: &generator)
+                let time = Double(Int.random(in: 0...100, using: &generator))
+                switch Int.random(in: 0..<4, using: &generator) {
+                case 0, 1:
+                    facts.set(rowid, usableUntil: time, lastAccess: 0, endpoint: "e", version: 1, userID: nil)
+                    model[rowid] = time
+                case 2:
+                    facts.setUsableUntil(rowid, time)
+                    if model[rowid] != nil { model[rowid] = time }
+                default:
+                    facts.remove(rowid)
+                    model[rowid] = nil
+                }
+                let now = Double(Int.random(in: -1...101, using: &generator))
+                let expected = Set(model.filter { $0.value <= now }.keys)
+                guard Set(facts.due(by: now)) == expected else {
+                    Issue.record("round \(round): due by \(now) differs from the model")
+                    return
+                }
+                // Each page's earliest time is exact: a page is walked only when a row is due.
+                let page = rowid >> Int64(RowFacts.pageBits)
+                let earliest = model.filter { $0.key >> Int64(RowFacts.pageBits) == page }.values.min()
+                guard (facts.earliestUsableUntil(page: page) ?? .infinity) == (earliest ?? .infinity) else {
+                    Issue.record("round \(round): page \(page)'s earliest time is not its rows' earliest")
+                    return
+                }
+            }
+        }
+    }
+
     @Test("a user's and endpoints' rows by scope, old versions and gone endpoints; ids held while rows have them")
     func selection() {
         var facts = RowFacts()

@@ -58,6 +58,10 @@ struct RowFacts: Sendable {
         /// Whether the row's key may have tag rows.
         var tagged: [Bool]
         var count: Int
+        /// The earliest `usableUntil` of the page's rows (+∞ for none), kept exact: the sweep
+        /// passes over a page none of whose rows is due (``due(by:)``), so its work follows the
+        /// pages with rows due, not the size of the cache.
+        private(set) var earliestUsableUntil = Double.infinity
 
         init() {
             usableUntil = Array(repeating: .nan, count: RowFacts.pageRows)
@@ -73,14 +77,28 @@ struct RowFacts: Sendable {
             -> (group: UInt32, user: UInt32)? {
             let before = self.group[slot] == 0 ? nil : (self.group[slot], self.user[slot])
             if before == nil { count += 1 }
-            (self.usableUntil[slot], self.lastAccess[slot]) = (usableUntil, lastAccess)
+            setUsableUntil(slot, usableUntil)
+            self.lastAccess[slot] = lastAccess
             (self.group[slot], self.user[slot], self.tagged[slot]) = (group, user, tagged)
             return before
         }
 
         mutating func clear(_ slot: Int) {
-            (usableUntil[slot], lastAccess[slot], group[slot], user[slot], tagged[slot]) = (.nan, .nan, 0, 0, false)
+            setUsableUntil(slot, .nan)
+            (lastAccess[slot], group[slot], user[slot], tagged[slot]) = (.nan, 0, 0, false)
             count -= 1
+        }
+
+        /// A slot's `usableUntil` (NaN for no row), with ``earliestUsableUntil`` kept: a walk of
+        /// the page only when the slot held the earliest time and its new one is later.
+        mutating func setUsableUntil(_ slot: Int, _ time: Double) {
+            let old = usableUntil[slot]
+            usableUntil[slot] = time
+            if time < earliestUsableUntil {
+                earliestUsableUntil = time
+            } else if old == earliestUsableUntil, time != old {
+                earliestUsableUntil = usableUntil.reduce(.infinity) { $1 < $0 ? $1 : $0 }  // NaN (no row) is never less
+            }
         }
     }
 
@@ -142,7 +160,7 @@ struct RowFacts: Sendable {
     mutating func setUsableUntil(_ rowid: Int64, _ usableUntil: Double) {
         let (page, slot) = Self.place(rowid)
         guard let group = pages[page]?.group[slot], group != 0 else { return }
-        pages[page]!.usableUntil[slot] = usableUntil
+        pages[page]!.setUsableUntil(slot, usableUntil)
     }
 
     /// A kept row was read at `time`; nothing for a row without facts.
@@ -219,10 +237,14 @@ struct RowFacts: Sendable {
         return true
     }
 
-    /// The rows whose `usable_until` is `now` or earlier.
+    /// The earliest `usable_until` of a page's rows (+∞ for none, `nil` for a page not kept).
+    func earliestUsableUntil(page: Int64) -> Double? { pages[page]?.earliestUsableUntil }
+
+    /// The rows whose `usable_until` is `now` or earlier: only the pages with such a row are
+    /// walked (at ten million rows, 39 thousand compares instead of ten million when none is due).
     func due(by now: Double) -> [Int64] {
         var due: [Int64] = []
-        for (page, entries) in pages {
+        for (page, entries) in pages where entries.earliestUsableUntil <= now {
             for (slot, time) in entries.usableUntil.enumerated() where time <= now {  // false for NaN
                 due.append(Self.rowid(page: page, slot: slot))
             }
