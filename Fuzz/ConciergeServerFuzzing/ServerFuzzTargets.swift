@@ -52,6 +52,9 @@ enum MissPathFuzzing {
         Thread.detachNewThread {
             Bridge.wait { await comparison.runWriters() }
         }
+        // libFuzzer ends the process with `exit` (a time limit, a run count): the rigs' SQLite
+        // files go then, not left in the temp directory by every fuzzing run.
+        atexit { MissPathFuzzing.shared.removeFiles() }
         return comparison
     }()
 }

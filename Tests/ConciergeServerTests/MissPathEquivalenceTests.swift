@@ -14,12 +14,13 @@ struct MissPathEquivalenceTests {
     /// Runs `body` with a comparison whose caches' writers run beside it.
     func withComparison(_ body: (MissPathComparison) async throws -> Void) async throws {
         let comparison = try MissPathComparison(loop: MultiThreadedEventLoopGroup.singleton.next())
+        // After the writers ended, whether or not the body threw.
+        defer { comparison.removeFiles() }
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await comparison.runWriters() }
             defer { comparison.finish() }
             try await body(comparison)
         }
-        comparison.removeFiles()
     }
 
     @Test("the same reply bytes, report, upstream requests and stored entry for every endpoint, upstream behaviour, status and header")
