@@ -240,8 +240,7 @@ struct RowFacts: Sendable {
     /// The earliest `usable_until` of a page's rows (+∞ for none, `nil` for a page not kept).
     func earliestUsableUntil(page: Int64) -> Double? { pages[page]?.earliestUsableUntil }
 
-    /// The rows whose `usable_until` is `now` or earlier: only the pages with such a row are
-    /// walked (at ten million rows, 39 thousand compares instead of ten million when none is due).
+    /// The rows whose `usable_until` is `now` or earlier, from the pages with such a row only.
     func due(by now: Double) -> [Int64] {
         var due: [Int64] = []
         for (page, entries) in pages where entries.earliestUsableUntil <= now {
@@ -319,6 +318,7 @@ struct RowFacts: Sendable {
     func outdated(_ versions: [String: Int]) -> [Int64] {
         guard !versions.isEmpty else { return [] }
         let selected = groups.flags { versions[$0.endpoint] != $0.version }
+        guard selected.contains(true) else { return [] }  // the usual sweep: no row is walked
         return rows { group, _ in selected[Int(group)] }
     }
 
