@@ -19,6 +19,15 @@ struct RowFactsTests {
         try #require(store.writer.queuedWork == count)
     }
 
+    /// A store without a memory tier holding `entries` entries stored now, its index loaded.
+    private static func filled(_ path: String, entries: Int, clock: ManualClock) async throws -> StoreFixture {
+        let fixture = try StoreFixture(path: path, memoryBytes: 0, clock: clock.wallClock)
+        for i in 0..<entries { fixture.store.store(makeEntry(key: key(i), endpoint: "blob", storedAt: clock.now)) }
+        try await fixture.flush()
+        try await bounded("index loaded") { await fixture.store.indexLoaded() }
+        return fixture
+    }
+
     private func rowid(of key: String, in fixture: StoreFixture) async throws -> Int64 {
         try #require(try await fixture.database.pool.read { db in
             try Int64.fetchOne(db, sql: "SELECT rowid FROM cache_entry WHERE key = ?", arguments: [key])
@@ -363,13 +372,9 @@ struct RowFactsTests {
     func readsSavedByPage() async throws {
         let dir = try TempDirectory()
         defer { dir.remove() }
-        let path = dir.path("cache.sqlite")
-        let clock = ManualClock()
+        let (path, clock) = (dir.path("cache.sqlite"), ManualClock())
         let storedAt = clock.now
-        let fixture = try StoreFixture(path: path, memoryBytes: 0, clock: clock.wallClock)
-        for i in 0..<3 { fixture.store.store(makeEntry(key: Self.key(i), endpoint: "blob", storedAt: storedAt)) }
-        try await fixture.flush()
-        try await bounded("index loaded") { await fixture.store.indexLoaded() }
+        let fixture = try await Self.filled(path, entries: 3, clock: clock)
         clock.advance(by: 5)
         #expect(try await bounded("lookup") { await fixture.store.lookup(Self.key(1)) } != nil)
         try await fixture.flush()
@@ -397,15 +402,11 @@ struct RowFactsTests {
     func savedTimesMergedBySlice() async throws {
         let dir = try TempDirectory()
         defer { dir.remove() }
-        let path = dir.path("cache.sqlite")
-        let clock = ManualClock()
+        let (path, clock) = (dir.path("cache.sqlite"), ManualClock())
         let storedAt = clock.now
-        let fixture = try StoreFixture(path: path, memoryBytes: 0, clock: clock.wallClock)
         // Three pages of rowids: 1–255, 256–511 (whole once the loader's slice ends at 600),
         // and 512–600, which the slice leaves partial.
-        for i in 0..<600 { fixture.store.store(makeEntry(key: Self.key(i), endpoint: "blob", storedAt: storedAt)) }
-        try await fixture.flush()
-        try await bounded("index loaded") { await fixture.store.indexLoaded() }
+        let fixture = try await Self.filled(path, entries: 600, clock: clock)
         var read: [Int64: Double] = [:]
         for (step, i) in [10, 300, 590].enumerated() {
             clock.advance(by: 5)
