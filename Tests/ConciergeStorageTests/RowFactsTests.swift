@@ -19,7 +19,8 @@ struct RowFactsTests {
         try #require(store.writer.queuedWork == count)
     }
 
-    /// A store without a memory tier holding `entries` entries stored now, its index loaded.
+    /// A store without a memory tier on `path` with `entries` more entries stored now (none
+    /// to reopen one), its index loaded.
     private static func filled(_ path: String, entries: Int, clock: ManualClock) async throws -> StoreFixture {
         let fixture = try StoreFixture(path: path, memoryBytes: 0, clock: clock.wallClock)
         for i in 0..<entries { fixture.store.store(makeEntry(key: key(i), endpoint: "blob", storedAt: clock.now)) }
@@ -391,8 +392,7 @@ struct RowFactsTests {
         #expect(fixture.store.writer.facts.withLock { $0.lastAccess(of: rowid) } == storedAt + 5)
         try await fixture.finish()
 
-        let reopened = try StoreFixture(path: path, memoryBytes: 0, clock: clock.wallClock)
-        try await bounded("index loaded") { await reopened.store.indexLoaded() }
+        let reopened = try await Self.filled(path, entries: 0, clock: clock)
         #expect(reopened.store.writer.facts.withLock { $0.lastAccess(of: rowid) } == storedAt + 5)
         #expect(reopened.store.writer.facts.withLock { $0.oldest(3).last } == rowid, "the row read is the most recent")
         try await reopened.finish()
@@ -417,8 +417,7 @@ struct RowFactsTests {
         try await fixture.flush()
         try await fixture.finish()
 
-        let reopened = try StoreFixture(path: path, memoryBytes: 0, clock: clock.wallClock)
-        try await bounded("index loaded") { await reopened.store.indexLoaded() }
+        let reopened = try await Self.filled(path, entries: 0, clock: clock)
         for (rowid, time) in read {
             #expect(reopened.store.writer.facts.withLock { $0.lastAccess(of: rowid) } == time, "row \(rowid)")
         }
