@@ -198,8 +198,11 @@ struct FleetSessionsTests {
             }
             #expect(api.state.tokenCalls == 1)
             let token = try #require(api.state.everyTokenIssued.last)
-            // The database as schema version 4 left it: keyed by the fleet alone.
+            // The database as schema version 4 left it: keyed by the fleet alone, no count of session changes.
             try await cluster.sql("""
+                DROP TRIGGER session_change_insert ON concierge.session; DROP TRIGGER session_change_update ON concierge.session;
+                DROP TRIGGER session_change_delete ON concierge.session; DROP FUNCTION concierge.count_session_changes();
+                DROP TABLE concierge.session_change;
                 ALTER TABLE concierge.session DROP CONSTRAINT session_pkey; ALTER TABLE concierge.session DROP COLUMN session_key;
                 ALTER TABLE concierge.session ADD PRIMARY KEY (fleet);
                 ALTER TABLE concierge.token_attempt DROP CONSTRAINT token_attempt_pkey; ALTER TABLE concierge.token_attempt DROP COLUMN session_key;
@@ -217,7 +220,7 @@ struct FleetSessionsTests {
             let keys = try await cluster.sql("SELECT string_agg(session_key, ',') FROM concierge.session")
             #expect(keys.trimmingCharacters(in: .whitespacesAndNewlines) == "default")
             let version = try await cluster.sql("SELECT version FROM concierge.schema_version")
-            #expect(version.trimmingCharacters(in: .whitespacesAndNewlines) == "5")
+            #expect(version.trimmingCharacters(in: .whitespacesAndNewlines) == "6")
             let key = try await cluster.sql("""
                 SELECT array_length(conkey, 1) FROM pg_constraint WHERE conrelid = 'concierge.session'::regclass AND contype = 'p'
                 """)

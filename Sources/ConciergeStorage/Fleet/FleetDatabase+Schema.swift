@@ -7,7 +7,7 @@ import PostgresNIO
 extension FleetDatabase {
     // MARK: Schema
 
-    static let schemaVersion = 5
+    static let schemaVersion = 6
 
     /// Creates the schema, serialised between nodes that start together.
     public func migrate() async throws {
@@ -48,6 +48,8 @@ extension FleetDatabase {
             try await db.query(PostgresQuery(unsafeSQL: Self.tokenAttemptTable), logger: logger)
             // Version 5: one row per session and per_client instance (FleetDatabase+SessionKeys.swift).
             try await Self.migrateSessionKeys(db, logger: logger)
+            // Version 6: the count of session changes the heartbeat reads (FleetDatabase+SessionChanges.swift).
+            try await Self.migrateSessionChanges(db, logger: logger)
             try await db.query("CREATE TABLE IF NOT EXISTS concierge.schema_version (version int NOT NULL)", logger: logger)
             try await db.query("""
                 INSERT INTO concierge.schema_version (version) SELECT \(Self.schemaVersion)

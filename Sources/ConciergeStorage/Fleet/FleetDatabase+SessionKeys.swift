@@ -45,15 +45,4 @@ extension FleetDatabase {
         guard !key.isEmpty, let version = Int64(tail[..<slash]) else { return nil }
         return (key, version)
     }
-
-    /// Every session row of the fleet: its version and whether it holds tokens (no token is
-    /// read). The heartbeat's check of what the listener may have missed.
-    public func sessionVersions() async throws -> [String: (version: Int64, hasTokens: Bool)] {
-        let rows = try await client.query("""
-            SELECT session_key, version, tokens IS NOT NULL FROM concierge.session WHERE fleet = \(fleet)
-            """, logger: logger)
-        var versions: [String: (version: Int64, hasTokens: Bool)] = [:]
-        for try await (key, version, hasTokens) in rows.decode((String, Int64, Bool).self) { versions[key] = (version, hasTokens) }
-        return versions
-    }
 }

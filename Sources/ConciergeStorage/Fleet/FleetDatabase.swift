@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import NIOSSL
 import PostgresNIO
+import Synchronization
 
 /// The fleet's PostgreSQL (schema `concierge`): the session rows every node shares (one per
 /// session and per_client instance), with the version each change bumps, and the `NOTIFY` that tells the other nodes (never a secret: the
@@ -10,7 +11,8 @@ import PostgresNIO
 /// daemon's service group runs (``client``); every call has a deadline (``Deadline``), so a
 /// request never waits on a database that is down or frozen longer than the caller allows.
 ///
-/// By concern: the schema (+Schema, +SessionKeys), the session rows (+Session), its pacing (+Pacing) and the
+/// By concern: the schema (+Schema, +SessionKeys), the session rows (+Session) and the count
+/// of their changes (+SessionChanges), its pacing (+Pacing) and the
 /// token request under way (+TokenAttempt), the invalidation log (+Invalidations), the nodes
 /// (+Nodes), the shared cache (+SharedCache), the listener (+Listening), errors (+Errors).
 public final class FleetDatabase: Sendable {
@@ -19,6 +21,8 @@ public final class FleetDatabase: Sendable {
     public let node: String
     let connection: PostgresConnection.Configuration
     let logger: Logger
+    /// The session rows as ``sessionVersions()`` last read them, and the change count then.
+    let lastSessionVersions = Mutex<(changes: Int64, versions: [String: SessionVersion])?>(nil)
 
     /// The channel of session changes.
     public static let sessionChannel = "concierge_session"
