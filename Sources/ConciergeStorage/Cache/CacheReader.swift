@@ -228,8 +228,9 @@ final class CacheReader: Sendable {
         sqlite3_bind_int64(raw, 2, Int64(scanSliceRows))
         let matcher = pattern.matcher()
         var matched = CacheWriter.MatchedRows(rows: [], keys: [])
-        // The cursor: a copy of the last key read (SQLite's buffer goes with the next step).
-        var last: [UInt8] = []
+        // The cursor: the key of a full slice's last row, copied as it is read (SQLite's buffer
+        // goes with the next step); a shorter slice was the last.
+        var last: String?
         var scanned = 0
         while true {
             let rc = sqlite3_step(raw)
@@ -240,13 +241,12 @@ final class CacheReader: Sendable {
             try bound.check(scanned: scanned)
             guard let text = sqlite3_column_text(raw, 1) else { continue }
             let key = UnsafeRawBufferPointer(start: text, count: Int(sqlite3_column_bytes(raw, 1)))
-            last.removeAll(keepingCapacity: true)
-            last.append(contentsOf: key)
+            if scanned == scanSliceRows { last = String(decoding: key, as: UTF8.self) }
             guard try matcher.matches(key) else { continue }
             matched.rows.append(KeyIndex.Row(rowid: rowid, hash: KeyHash.of(key), size: 0))
             matched.keys.append(String(decoding: key, as: UTF8.self))
         }
-        return (matched, scanned == 0 ? nil : String(decoding: last, as: UTF8.self), scanned)
+        return (matched, last, scanned)
     }
 }
 
