@@ -13,7 +13,12 @@
 # (utime+stime from /proc/PID/stat, before/after). By construction the hit path never calls
 # PostgreSQL; this measures whatever else fleet mode adds (its heartbeat, its listener).
 #
-# Env: DURATION=10s CONNECTIONS=64 THREADS=1 ROUNDS=2 SKIP_BUILD=0 RELEASE_DIR=.build/release
+# SESSION_ROWS=N: N more session rows in the fleet (as many `per_client` instances stored by
+# other nodes: keys `bench-row#N`, version 1, no tokens, so none is loaded here), written with
+# one INSERT before the runs; then both daemons' CPU while idle over IDLE seconds (what the
+# fleet's heartbeat costs a node with that many sessions), before the wrk rounds.
+#
+# Env: DURATION=10s CONNECTIONS=64 THREADS=1 ROUNDS=2 SESSION_ROWS=0 IDLE=10 SKIP_BUILD=0 RELEASE_DIR=.build/release
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -21,6 +26,8 @@ DURATION=${DURATION:-10s}
 CONNECTIONS=${CONNECTIONS:-64}
 THREADS=${THREADS:-1}
 ROUNDS=${ROUNDS:-2}
+SESSION_ROWS=${SESSION_ROWS:-0}
+IDLE=${IDLE:-10}
 
 need_cmds wrk:wrk curl:curl python3:python3
 PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
@@ -84,6 +91,21 @@ for daemon in alone fleet; do
     [ "$status" = HIT ] || die "$daemon did not answer a cache HIT on the second request (X-Cache: ${status:-none})"
 done
 log "$(binary_info); PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') on :$PG_PORT; load $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# --- idle, with SESSION_ROWS more sessions in the fleet ----------------------------------------
+if [ "$SESSION_ROWS" -gt 0 ]; then
+    as_pg "$PG_BIN/psql" -h 127.0.0.1 -p "$PG_PORT" -U postgres -d concierge -qc \
+        "INSERT INTO concierge.session (fleet, session_key, version) SELECT 'bench', 'bench-row#' || g, 1 FROM generate_series(1, $SESSION_ROWS) g"
+    sleep 3  # the heartbeat after the insert reads the rows (once, or each second)
+    declare -A IDLE_BEFORE
+    for daemon in alone fleet; do IDLE_BEFORE[$daemon]=$(cpu_ticks "${ROOT[$daemon]}"); done
+    sleep "$IDLE"
+    for daemon in alone fleet; do
+        after=$(cpu_ticks "${ROOT[$daemon]}")
+        log "idle over ${IDLE} s with $SESSION_ROWS more session rows in the fleet: $daemon $(python3 -c \
+            "print(f'{($after - ${IDLE_BEFORE[$daemon]}) * 1000 / $CLK_TCK / $IDLE:.1f}')") ms CPU per second"
+    done
+fi
 
 # --- runs ------------------------------------------------------------------------------------
 printf '%-6s %-5s %10s %8s %8s %12s %7s\n' daemon round "req/s" "p50 ms" "p99 ms" "CPU us/req" errors
