@@ -2,7 +2,6 @@
 import ConciergeStorage
 import ConciergeTestSupport
 import Foundation
-import Logging
 import Testing
 
 /// The count of a fleet's session changes (schema version 6, `FleetDatabase+SessionChanges`):
@@ -17,7 +16,7 @@ struct FleetSessionChangesTests {
         pacing or another fleet's row does not; while the count stands still the rows are not read
         """)
     func countedChanges() async throws {
-        try await Self.withDatabase { database, cluster in
+        try await FleetDatabaseFixture.with(node: "counting") { database, cluster in
             try await database.migrate()
             try await database.migrate()  // every node migrates at start: the triggers are made once
             let triggers = try await cluster.sql("SELECT count(*) FROM pg_trigger WHERE tgrelid = 'concierge.session'::regclass AND NOT tgisinternal")
@@ -74,21 +73,5 @@ struct FleetSessionChangesTests {
         let versions = try await database.sessionVersions()
         #expect(versions.mapValues { "\($0.version) \($0.hasTokens)" } == expected.mapValues { "\($0.0) \($0.1)" },
                 sourceLocation: sourceLocation)
-    }
-
-    static func withDatabase(_ body: (FleetDatabase, PostgresCluster) async throws -> Void) async throws {
-        let cluster = try await PostgresCluster.start()
-        let address = try ConciergeConfig.PostgresAddress.parse(cluster.url).get()
-        let database = try FleetDatabase(config: ConciergeConfig.Fleet(postgres: address, node: "counting"), logger: Logger(label: "counting"))
-        let running = Task { await database.client.run() }
-        do {
-            try await body(database, cluster)
-        } catch {
-            running.cancel()
-            await cluster.stop()
-            throw error
-        }
-        running.cancel()
-        await cluster.stop()
     }
 }

@@ -76,11 +76,7 @@ struct HedgedCallTests {
 
     @Test("against PostgreSQL: right after every backend of the pool is terminated, a hedged ping answers (20 rounds); errors are described by SQLSTATE and message, never a quoted value")
     func pingAfterBackendsTerminated() async throws {
-        let cluster = try await PostgresCluster.start()
-        let address = try ConciergeConfig.PostgresAddress.parse(cluster.url).get()
-        let database = try FleetDatabase(config: ConciergeConfig.Fleet(postgres: address, node: "hedged"), logger: Logger(label: "hedged"))
-        let running = Task { await database.client.run() }
-        do {
+        try await FleetDatabaseFixture.with(node: "hedged") { database, cluster in
             try await database.migrate()
             for round in 0..<20 {
                 // Several connections in the pool, then all of them cut.
@@ -110,12 +106,6 @@ struct HedgedCallTests {
             } catch {
                 #expect(FleetDatabase.describe(error) == "server error 42P01: relation \"no_such_table\" does not exist")
             }
-        } catch {
-            running.cancel()
-            await cluster.stop()
-            throw error
         }
-        running.cancel()
-        await cluster.stop()
     }
 }
