@@ -33,18 +33,18 @@ struct EnvelopeSuccess: Sendable {
     /// - Parameter json: the parsed reply, when a step reads it (`validate`, capture, `unwrap`);
     ///   `nil` when the envelope read the code alone. A success code was read from the body,
     ///   so it is JSON either way.
-    func settle(_ upstreamAnswer: ProxyAnswer, response: UpstreamResponse, json: JSONValue?, captured: TokenReply?,
+    func settle(_ upstreamAnswer: consuming ProxyAnswer, response: UpstreamResponse, json: JSONValue?, captured: TokenReply?,
                 capture: ConciergeConfig.Capture?, _ p: PreparedRequest, _ attempt: UpstreamExchange.Attempt) -> Settled {
         if !p.endpoint.validate.isEmpty, let json, let problem = ResponseValidator(rules: p.endpoint.validate).problem(in: json) {
             logger.warning("reply failed validation", metadata: p.logMetadata(["endpoint": "\(p.endpoint.name)", "problem": "\(problem)"]))
             return .done(.failure(attempt.answer(LocalReplies.invalid(p.config, problem: problem), p)))
         }
-        var answer = upstreamAnswer
+        var answer = consume upstreamAnswer
         answer.report.succeeded = true
         if capture != nil || !p.endpoint.invalidates.isEmpty {
             return .waits(Pending(answer: answer, response: response, json: json, captured: captured, capture: capture, p: p))
         }
-        return .done(Self.completed(answer, storedBody: response.body, response: response, p))
+        return .done(Self.completed(consume answer, storedBody: response.body, response: response, p))
     }
 
     /// Capture the session (login endpoint), run `invalidates`, then the result.
@@ -68,8 +68,7 @@ struct EnvelopeSuccess: Sendable {
     }
 
     /// What may be stored, then `unwrap`.
-    private static func completed(_ answer: ProxyAnswer, storedBody: ByteBuffer, response: UpstreamResponse, _ p: PreparedRequest) -> UpstreamExchange.Result {
-        var answer = answer
+    private static func completed(_ answer: consuming ProxyAnswer, storedBody: ByteBuffer, response: UpstreamResponse, _ p: PreparedRequest) -> UpstreamExchange.Result {
         let storable = UpstreamExchange.noStore(response.headers) ? nil
             : Storable(status: response.status, headers: UpstreamExchange.storedHeaders(answer.reply.headers), body: storedBody)
         if let unwrap = p.endpoint.unwrap, !LocalReplies.unwrap(&answer.reply, path: unwrap, config: p.config) {

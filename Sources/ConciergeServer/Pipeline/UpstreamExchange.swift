@@ -167,7 +167,11 @@ struct UpstreamExchange: Sendable {
         case .success(let response):
             received(p, &attempt, elapsed: elapsed, status: response.status)
             let (verdict, tags) = verdict(response, p, attempt)
-            if case .step(.done(let result)) = verdict, case .done(let tagged) = Self.tagged(.done(result), tags) { return .done(tagged) }
+            if case .step(.done(let result)) = verdict {
+                // Without tags from a header (the usual case) the result as it is: no step to wrap and unwrap.
+                guard let tags else { return .done(result) }
+                if case .done(let tagged) = Self.tagged(.done(result), tags) { return .done(tagged) }
+            }
             return .waits(verdict, headerTags: tags, attempt)
         }
     }
@@ -265,14 +269,13 @@ struct UpstreamExchange: Sendable {
             logger.warning("upstream answered an HTTP error", metadata: p.logMetadata(["endpoint": "\(p.endpoint.name)", "status": "\(response.status)"]))
             return .step(.done(.upstreamDown(attempt.answer(LocalReplies.unavailable(p.config), p))))
         }
-        return verdictOfEnvelope(response, upstreamAnswer, p, attempt)
+        return verdictOfEnvelope(response, consume upstreamAnswer, p, attempt)
     }
 
     /// The envelope: the business code decides; the whole tree is parsed only when a later step
     /// reads it, else a scan finds just the code.
-    private func verdictOfEnvelope(_ response: UpstreamResponse, _ upstreamAnswer: ProxyAnswer, _ p: PreparedRequest,
+    private func verdictOfEnvelope(_ response: UpstreamResponse, _ upstreamAnswer: consuming ProxyAnswer, _ p: PreparedRequest,
                                    _ attempt: Attempt) -> Verdict {
-        var upstreamAnswer = upstreamAnswer
         let runtime = p.config
         let envelope = runtime.envelope
         // Read field by field: binding `settings.session` copied the whole section per reply.
@@ -318,7 +321,7 @@ struct UpstreamExchange: Sendable {
             }
             return .step(.done(.failure(upstreamAnswer)))
         case .success:
-            switch success.settle(upstreamAnswer, response: response, json: json, captured: captured, capture: capture, p, attempt) {
+            switch success.settle(consume upstreamAnswer, response: response, json: json, captured: captured, capture: capture, p, attempt) {
             case .done(let result): return .step(.done(result))
             case .waits(let pending): return .finishSuccess(pending)
             }
