@@ -391,9 +391,11 @@ struct UpstreamExchange: Sendable {
     /// With `keepingCookies` (HTTP caching), `Set-Cookie` is kept as RFC 9111 §3.1 asks (a
     /// reply meant for one client says `private` or `no-cache="set-cookie"`).
     static func storedHeaders(_ headers: HTTPHeaders, keepingCookies: Bool = false) -> HTTPHeaders {
+        let dropped = keepingCookies ? notStoredHTTP : notStored
+        // Usually none of them is there: the list is then kept as it is, with no copy made to find out.
+        guard headers.contains(where: { ASCIICase.equalsAny($0.name, lowercase: dropped) }) else { return headers }
         var kept: [(String, String)] = []
         kept.reserveCapacity(headers.count)
-        let dropped = keepingCookies ? notStoredHTTP : notStored
         for (name, value) in headers where !ASCIICase.equalsAny(name, lowercase: dropped) {
             kept.append((name, value))
         }
