@@ -25,7 +25,8 @@ extension CacheWriter {
                 old = KeyIndex.Row(rowid: row["rowid"], hash: hash, size: row["size"])
             }
         }
-        try Self.upsert(entry, lastAccess: now, with: upsert, in: db)
+        let size = entry.size  // a walk over the header list: once
+        try Self.upsert(entry, size: size, lastAccess: now, with: upsert, in: db)
         // SQLite's own call: GRDB's `lastInsertedRowID` checks the dispatch queue first (a
         // `DispatchQueue.getSpecific`, about 200 instructions an entry).
         let rowid = old?.rowid ?? sqlite3_last_insert_rowid(db.sqliteConnection)
@@ -38,7 +39,7 @@ extension CacheWriter {
         }
         let stored = RowFacts.Row(rowid: rowid, usableUntil: entry.usableUntil, lastAccess: now, endpoint: entry.endpoint,
                                   version: entry.version, userID: entry.userID, tagged: !entry.tags.isEmpty)
-        ledger.update { $0.put(stored, size: entry.size, replacing: old) }
+        ledger.update { $0.put(stored, size: size, replacing: old) }
     }
 
     /// Runs the cached upsert for one entry through SQLite's C API: its 14 values bound
@@ -51,7 +52,7 @@ extension CacheWriter {
     /// 1.2k instructions an entry). The statement comes from and goes back to GRDB's cache
     /// reset, as GRDB leaves it; an error is GRDB's `DatabaseError`, as `execute(arguments:)`
     /// throws it.
-    static func upsert(_ e: CacheEntry, lastAccess: Double, with statement: Statement, in db: Database) throws {
+    static func upsert(_ e: CacheEntry, size: Int, lastAccess: Double, with statement: Statement, in db: Database) throws {
         let sql = statement.sqliteStatement
         defer { sqlite3_reset(sql) }
         sqlite3_bind_int64(sql, 4, Int64(e.status))
@@ -61,7 +62,7 @@ extension CacheWriter {
         sqlite3_bind_double(sql, 8, e.staleIfError)
         sqlite3_bind_double(sql, 9, e.usableUntil)
         sqlite3_bind_int64(sql, 10, Int64(e.version))
-        sqlite3_bind_int64(sql, 11, Int64(e.size))
+        sqlite3_bind_int64(sql, 11, Int64(size))
         sqlite3_bind_double(sql, 12, lastAccess)
         let headers = JSONValue.serializedPairBytes(e.headers)
         let code = lending(e.key) { key in
