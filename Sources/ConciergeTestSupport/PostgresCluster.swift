@@ -3,8 +3,9 @@ import Foundation
 
 /// A throwaway PostgreSQL cluster for tests: `initdb` into a temporary directory (as the
 /// `postgres` user when the tests run as root, which PostgreSQL refuses to run as), started
-/// with `pg_ctl` on a free loopback port, stopped and removed by ``stop()``. Needs Debian's
-/// `postgresql` (`.ci/run` installs it).
+/// with `pg_ctl` on a free loopback port, stopped and removed by ``stop()`` (or, if the test
+/// process was killed first, by the next test process: ``reclaimOrphans(in:)``). Needs
+/// Debian's `postgresql` (`.ci/run` installs it).
 public final class PostgresCluster: Sendable {
     public let port: Int
     public let directory: String
@@ -30,6 +31,7 @@ public final class PostgresCluster: Sendable {
         guard let binaries = installedBinaries else { throw Failure("PostgreSQL is not installed (apt-get install postgresql)") }
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("concierge-pg-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        try recordOwner(in: directory)
         let asPostgres = getuid() == 0
         if asPostgres { try await run("/bin/chown", ["postgres:postgres", directory]) }
         let cluster = PostgresCluster(port: 0, directory: directory, binaries: binaries, runAsPostgres: asPostgres)
@@ -127,6 +129,8 @@ public final class PostgresCluster: Sendable {
 
         func path(binaries: String, asPostgres: Bool) async throws -> String {
             if let ready { return ready }
+            // Once per test process, before its first cluster: those of killed suites go.
+            await reclaimOrphans()
             let version = URL(fileURLWithPath: binaries).deletingLastPathComponent().lastPathComponent
             let path = FileManager.default.temporaryDirectory.appendingPathComponent("concierge-pg-template-\(version)-\(getuid())").path
             if !FileManager.default.fileExists(atPath: path + "/PG_VERSION") {
