@@ -39,8 +39,6 @@ extension PostgresCluster {
     /// ended and not yet reaped by its parent, does not).
     static func isRunning(_ pid: pid_t) -> Bool {
         guard Glibc.kill(pid, 0) == 0 || errno == EPERM else { return false }
-        guard let stat = FileManager.default.contents(atPath: "/proc/\(pid)/stat") else { return true }
-        // The state follows the command, which may hold spaces: after the last `)`.
-        return String(decoding: stat, as: UTF8.self).split(separator: ")").last?.split(separator: " ").first != "Z"
+        return statFields(of: pid)?.first != "Z"
     }
 }

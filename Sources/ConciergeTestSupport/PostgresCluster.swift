@@ -76,20 +76,28 @@ public final class PostgresCluster: Sendable {
 
     public func thaw() throws { try signalAll(SIGCONT) }
 
-    /// The postmaster (first line of `postmaster.pid`) and its children.
+    /// The postmaster and its children.
     private func signalAll(_ signal: Int32) throws {
-        guard let text = FileManager.default.contents(atPath: "\(directory)/data/postmaster.pid"),
-              let first = String(decoding: text, as: UTF8.self).split(separator: "\n").first, let postmaster = Int32(first) else {
-            throw Failure("no postmaster.pid: the server is not running")
-        }
+        guard let postmaster = postmasterPID else { throw Failure("no postmaster.pid: the server is not running") }
         var pids = [postmaster]
         for entry in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] {
-            guard let pid = Int32(entry), let stat = FileManager.default.contents(atPath: "/proc/\(entry)/stat") else { continue }
-            // Fields after the command (which may hold spaces) start after the last ')'.
-            let fields = String(decoding: stat, as: UTF8.self).split(separator: ")").last?.split(separator: " ") ?? []
+            guard let pid = Int32(entry), let fields = Self.statFields(of: pid) else { continue }
             if fields.count > 1, Int32(fields[1]) == postmaster { pids.append(pid) }
         }
         for pid in pids { Glibc.kill(pid, signal) }
+    }
+
+    /// The postmaster's PID: the first line of `postmaster.pid`, while the server runs.
+    var postmasterPID: pid_t? {
+        guard let text = FileManager.default.contents(atPath: "\(directory)/data/postmaster.pid") else { return nil }
+        return String(decoding: text, as: UTF8.self).split(separator: "\n").first.flatMap { pid_t($0) }
+    }
+
+    /// The fields of `/proc/PID/stat` after the command (which may hold spaces: they start after
+    /// the last `)`): the state first, then the parent's PID.
+    static func statFields(of pid: pid_t) -> [Substring]? {
+        guard let stat = FileManager.default.contents(atPath: "/proc/\(pid)/stat") else { return nil }
+        return String(decoding: stat, as: UTF8.self).split(separator: ")").last?.split(separator: " ")
     }
 
     /// Runs SQL as the superuser; returns its output (unaligned, tuples only).

@@ -27,7 +27,7 @@ struct PostgresClusterOrphanTests {
         let ended = try ChildProcess(["/bin/true"])
         #expect(await ended.wait(limit: .seconds(10)) == 0)
         try Data("\(ended.pid)\n".utf8).write(to: URL(fileURLWithPath: orphan.directory).appendingPathComponent(PostgresCluster.ownerFile))
-        let postmaster = try #require(Self.postmaster(of: orphan))
+        let postmaster = try #require(orphan.postmasterPID)
         #expect(PostgresCluster.isRunning(postmaster))
 
         let removed = await PostgresCluster.reclaimOrphans()
@@ -39,11 +39,5 @@ struct PostgresClusterOrphanTests {
         while PostgresCluster.isRunning(postmaster), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
         #expect(!PostgresCluster.isRunning(postmaster))
         #expect(try await kept.sql("SELECT 1").trimmingCharacters(in: .whitespacesAndNewlines) == "1")
-    }
-
-    /// The postmaster's PID, the first line of `postmaster.pid`.
-    static func postmaster(of cluster: PostgresCluster) -> pid_t? {
-        guard let text = FileManager.default.contents(atPath: "\(cluster.directory)/data/postmaster.pid") else { return nil }
-        return String(decoding: text, as: UTF8.self).split(separator: "\n").first.flatMap { pid_t($0) }
     }
 }
